@@ -1,0 +1,55 @@
+# m3-image. `make demo` builds the stand-in base and the patched image from a fresh machine;
+# `make test` runs the suite. Production: `make image` (target mi300x, once pinned and locked).
+PYTHON  ?= python3
+VENV    ?= .venv
+PY      := $(VENV)/bin/python
+TARGET  ?=
+SPEC    ?= image.yaml
+IMAGE   ?=
+BUILDER := $(PY) -m builder --spec $(SPEC)
+TARGET_ARG := $(if $(TARGET),--target $(TARGET),)
+
+.PHONY: venv services standin lock image dry-run demo test validate push resolve verify bench bench-convert clean
+
+venv: $(VENV)/.installed
+$(VENV)/.installed: pyproject.toml requirements/vllm-runtime.txt
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --upgrade pip
+	$(VENV)/bin/pip install --quiet -e '.[test]' -r requirements/vllm-runtime.txt
+	touch $@
+
+services:            ## start dockerd and the local registries (root; idempotent)
+	bash scripts/start-dockerd.sh
+	bash scripts/start-registry.sh
+
+standin: venv        ## build + push the stand-in base, pin the `standin` target to it
+	$(BUILDER) standin
+
+lock: venv           ## write the target's lock (TARGET=name)
+	$(BUILDER) lock $(TARGET_ARG)
+
+image: venv          ## build, validate and tag the target's image (TARGET=name)
+	$(BUILDER) image $(TARGET_ARG)
+
+dry-run: venv
+	$(BUILDER) image $(TARGET_ARG) --dry-run
+
+demo: venv services  ## from a fresh machine: stand-in base -> lock -> validated image
+	$(BUILDER) standin
+	$(BUILDER) lock --target standin
+	$(BUILDER) image --target standin
+
+test: venv           ## the whole suite (docker tests included: run `make services` first)
+	$(PY) -m pytest -q
+
+validate: venv       ## run the in-image smoke suite against IMAGE=ref
+	$(BUILDER) validate $(IMAGE)
+
+bench: venv          ## build-time figures: incremental build, delta bytes, no-op rebuild
+	$(PY) bench/bench_build.py
+
+bench-convert: venv  ## MXFP8 -> block-FP8 conversion throughput and error (CPU here)
+	$(PY) bench/bench_convert.py --device cpu
+
+clean:
+	rm -rf build/context build/reports

@@ -1,0 +1,247 @@
+#!/usr/bin/env python3
+"""Benchmark the MXFP8 -> 128x128 block-FP8 load-time conversion (patch 0001).
+
+Imports the conversion module from a patched vLLM tree (``--vllm-site``: the
+folder holding the patched ``vllm/``); without it, copies the pristine vLLM
+0.24.0 tree from build/cache to a temp dir and applies ``patches/series``.
+
+Figures: GB/s processed (weights + scales read, block weights + scales written),
+that rate as a fraction of a memory-copy bandwidth measured here (copy counts
+read + write), peak extra memory, relative error of the conversion, and the
+rounding comparison (pow2 default vs amax/448, amax/224-equivalent FNUZ,
+amax/240 FNUZ).
+
+  python bench/bench_convert.py --device cpu                 # E=16, small default
+  python bench/bench_convert.py --device cuda --experts 128 16
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+MODULE = "vllm/model_executor/layers/quantization/utils/mxfp8_block_fp8.py"
+FN, FNUZ = torch.float8_e4m3fn, torch.float8_e4m3fnuz
+
+
+def patched_site_from_cache() -> Path:
+    sys.path.insert(0, str(REPO))
+    from builder.standin.vllm_sources import vllm_site
+
+    pristine = vllm_site(REPO / "build" / "cache")
+    site = Path(tempfile.mkdtemp(prefix="bench-vllm-"))
+    shutil.copytree(pristine / "vllm", site / "vllm")
+    for line in (REPO / "patches" / "series").read_text().splitlines():
+        name = line.split("#", 1)[0].strip()
+        if name:
+            subprocess.run(["patch", "-p1", "--forward", "--fuzz=0", "--batch",
+                            "--no-backup-if-mismatch", "-i", str(REPO / "patches" / name)],
+                           cwd=site, check=True, capture_output=True)
+    return site
+
+
+def load_module(site: Path):
+    path = site / MODULE
+    if not path.is_file():
+        raise SystemExit(f"{path} not found: is {site} a patched vLLM tree?")
+    name = "vllm.model_executor.layers.quantization.utils.mxfp8_block_fp8"
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def sync(dev):
+    if dev.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def copy_bandwidth(dev, nbytes: int, iters: int) -> float:
+    src = torch.empty(nbytes, dtype=torch.uint8, device=dev).fill_(1)
+    dst = torch.empty_like(src)
+    dst.copy_(src)
+    sync(dev)
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        dst.copy_(src)
+    sync(dev)
+    dt = (time.perf_counter() - t0) / iters
+    del src, dst
+    return 2 * nbytes / dt / 1e9
+
+
+def mx_weights(E, N, K, dev, seed):
+    """Realistic MXFP8 weights: Gaussian rows with per-row std spread over ~4x,
+    OCP MX-quantized (E8M0 = floor(log2(amax)) - 8 + 127)."""
+    g = torch.Generator(device=dev).manual_seed(seed)
+    w = torch.empty(E, N, K, dtype=FN, device=dev)
+    s = torch.empty(E, N, K // 32, dtype=torch.uint8, device=dev)
+    for e in range(E):
+        std = 0.01 * torch.exp2(torch.rand(N, 1, generator=g, device=dev) * 2 - 1)
+        x = torch.randn(N, K, generator=g, device=dev) * std
+        gx = x.view(N, K // 32, 32)
+        ex = torch.floor(torch.log2(gx.abs().amax(-1).clamp_min(2.0**-120))) - 8
+        s[e] = (ex + 127).clamp(0, 254).to(torch.uint8)
+        w[e] = (gx / torch.exp2(ex).unsqueeze(-1)).clamp(-448, 448).view(N, K).to(FN)
+        del x, gx, ex
+    return w, s
+
+
+def rel_errors(conv, w, s, n_exp, dev):
+    """Relative Frobenius error of dequant(block) vs dequant(MXFP8) per rule,
+    over the first n_exp experts (float64)."""
+    out = {}
+    rules = {
+        "pow2 FN (default)": (FN, "pow2"),
+        "pow2 FNUZ (default)": (FNUZ, "pow2"),
+        "amax/448 FN": (FN, "amax"),
+        "amax/224 FNUZ (448 + reinterpret)": (FNUZ, "amax"),
+    }
+    num = {k: 0.0 for k in [*rules, "amax/240 FNUZ (direct)"]}
+    den = 0.0
+    for e in range(n_exp):
+        we, se = w[e:e + 1], s[e:e + 1]
+        ref = conv.dequant_mxfp8(we, se)
+        den += float(ref.pow(2).sum())
+        for key, (dt, rule) in rules.items():
+            q, sc = conv.convert_mxfp8_to_block_fp8(we, se, fp8_dtype=dt, rule=rule,
+                                                    impl="torch")
+            num[key] += float((conv.dequant_block_fp8(q, sc) - ref).pow(2).sum())
+        # amax/240 directly in FNUZ (uses the 0x7F = 240 code), computed here.
+        _, N, K = ref.shape
+        nt, kt = -(-N // 128), -(-K // 128)
+        pad = torch.nn.functional.pad(ref.abs(), (0, kt * 128 - K, 0, nt * 128 - N))
+        amax = pad.reshape(1, nt, 128, kt, 128).amax(dim=(2, 4))
+        sc = torch.where(amax > 0, amax / 240.0, torch.ones_like(amax)).float()
+        scx = sc.double().repeat_interleave(128, 1)[:, :N].repeat_interleave(128, 2)[:, :, :K]
+        q = (ref / scx).clamp(-240, 240).float().to(FNUZ)
+        num["amax/240 FNUZ (direct)"] += float(
+            (conv.dequant_block_fp8(q, sc) - ref).pow(2).sum())
+        del ref, pad, scx, q
+    return {k: (v / den) ** 0.5 for k, v in num.items()}
+
+
+def bench_shape(conv, E, N, K, dev, args, label):
+    w, s = mx_weights(E, N, K, dev, seed=E * 7 + N)
+    nbytes = w.numel() + s.numel() + w.numel() + 4 * E * (-(-N // 128)) * (-(-K // 128))
+    res = {"shape": label, "E": E, "N": N, "K": K}
+    for dt in (FNUZ, FN):
+        kw = dict(fp8_dtype=dt, workspace_bytes=args.workspace_mib * 2**20, impl=args.impl)
+        q, sc = conv.convert_mxfp8_to_block_fp8(w, s, **kw)  # warm-up / compile
+        out_bytes = q.numel() + sc.numel() * 4
+        del q, sc
+        sync(dev)
+        if dev.type == "cuda":
+            torch.cuda.reset_peak_memory_stats()
+            base = torch.cuda.memory_allocated()
+        t0 = time.perf_counter()
+        for _ in range(args.iters):
+            q, sc = conv.convert_mxfp8_to_block_fp8(w, s, **kw)
+            sync(dev)
+            if _ < args.iters - 1:
+                del q, sc
+        dt_s = (time.perf_counter() - t0) / args.iters
+        if dev.type == "cuda":
+            peak_extra = torch.cuda.max_memory_allocated() - base - out_bytes
+            mem_note = "torch.cuda.max_memory_allocated delta minus the outputs"
+        else:
+            chunks = conv.plan_chunks(E, N, K, kw["workspace_bytes"],
+                                      conv._TORCH_WS_BYTES_PER_ELEM, 128)
+            peak_extra = max((e1 - e0) * (n1 - n0) * K for e0, e1, n0, n1 in chunks) \
+                * conv._TORCH_WS_BYTES_PER_ELEM
+            mem_note = "workspace accounting: largest chunk x 7 B/element (torch path)"
+        name = "fnuz" if dt == FNUZ else "fn"
+        res[name] = {"seconds": dt_s, "GBps": nbytes / dt_s / 1e9,
+                     "peak_extra_MiB": peak_extra / 2**20, "mem_note": mem_note}
+        del q, sc
+    if dev.type == "cuda":
+        # Triton kernel vs torch path: bit-exact on a slice of experts.
+        ne = min(E, args.check_experts)
+        mism = {}
+        for dt in (FNUZ, FN):
+            a, sa = conv.convert_mxfp8_to_block_fp8(w[:ne], s[:ne], fp8_dtype=dt, impl="auto")
+            b, sb = conv.convert_mxfp8_to_block_fp8(w[:ne], s[:ne], fp8_dtype=dt, impl="torch")
+            mism["fnuz" if dt == FNUZ else "fn"] = int(
+                (a.view(torch.uint8) != b.view(torch.uint8)).sum()) + int((sa != sb).sum())
+        res["auto_vs_torch_mismatches"] = mism
+        res["auto_impl"] = "triton" if conv._get_triton_kernel() is not None else "torch"
+        # torch path throughput for comparison
+        t0 = time.perf_counter()
+        q, sc = conv.convert_mxfp8_to_block_fp8(w, s, fp8_dtype=FNUZ, impl="torch")
+        sync(dev)
+        res["torch_path_GBps"] = nbytes / (time.perf_counter() - t0) / 1e9
+        del q, sc
+    res["rel_err"] = rel_errors(conv, w, s, min(E, args.err_experts), dev)
+    res["rel_err_experts"] = min(E, args.err_experts)
+    del w, s
+    if dev.type == "cuda":
+        torch.cuda.empty_cache()
+    return res
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    ap.add_argument("--vllm-site", type=Path, help="folder holding the patched vllm/")
+    ap.add_argument("--experts", type=int, nargs="+", help="default: cpu 16, cuda 128 16")
+    ap.add_argument("--hidden", type=int, default=None, help="default: cpu 1536, cuda 6144")
+    ap.add_argument("--intermediate", type=int, default=None,
+                    help="default: cpu 768, cuda 3072")
+    ap.add_argument("--iters", type=int, default=None)
+    ap.add_argument("--workspace-mib", type=int, default=256)
+    ap.add_argument("--impl", default="auto", choices=["auto", "torch", "triton"])
+    ap.add_argument("--err-experts", type=int, default=None)
+    ap.add_argument("--check-experts", type=int, default=16)
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args()
+    cuda = args.device == "cuda"
+    args.experts = args.experts or ([128, 16] if cuda else [16])
+    H = args.hidden or (6144 if cuda else 1536)
+    I = args.intermediate or (3072 if cuda else 768)
+    args.iters = args.iters or (5 if cuda else 2)
+    args.err_experts = args.err_experts or (4 if cuda else 2)
+    dev = torch.device(args.device)
+
+    site = args.vllm_site or patched_site_from_cache()
+    conv = load_module(site.resolve())
+    report = {"module": str(site / MODULE), "device": args.device,
+              "device_name": torch.cuda.get_device_name() if cuda else "cpu",
+              "torch": torch.__version__}
+    report["copy_GBps"] = copy_bandwidth(dev, (2 << 30) if cuda else (256 << 20),
+                                         20 if cuda else 3)
+    print(f"module: {report['module']}")
+    print(f"device: {report['device_name']}  torch {torch.__version__}")
+    print(f"memory-copy bandwidth (read+write): {report['copy_GBps']:.1f} GB/s")
+    report["results"] = []
+    for E in args.experts:
+        for label, N, K in (("w13", 2 * I, H), ("w2", H, I)):
+            r = bench_shape(conv, E, N, K, dev, args, label)
+            report["results"].append(r)
+            for name in ("fnuz", "fn"):
+                x = r[name]
+                print(f"E={E:4d} {label} [{E},{N},{K}] -> {name:4s}: {x['seconds']*1e3:9.2f} ms"
+                      f"  {x['GBps']:8.1f} GB/s  {x['GBps']/report['copy_GBps']*100:5.1f}% of copy"
+                      f"  peak extra {x['peak_extra_MiB']:.1f} MiB")
+            if cuda:
+                print(f"    auto impl={r['auto_impl']} mismatches vs torch path "
+                      f"(first {min(E, args.check_experts)} experts): "
+                      f"{r['auto_vs_torch_mismatches']}; torch path {r['torch_path_GBps']:.1f} GB/s")
+            print(f"    rel. error (Frobenius, first {r['rel_err_experts']} experts): " + ", ".join(
+                f"{k}: {v:.3e}" for k, v in r["rel_err"].items()))
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    main()

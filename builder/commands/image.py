@@ -1,0 +1,95 @@
+"""``builder image`` (``make image``): build, validate, then tag the target's image."""
+
+from __future__ import annotations
+
+from builder.engine import Engine
+from builder.errors import ValidationFailed
+from builder.lock import content_digest
+from builder.provenance import NS
+from builder.workflow import BUILD_DIR, Locked, build_image, check_inputs_against_lock, load_target
+
+NAME = "image"
+HELP = "build the target's image from its lock, validate it, and tag it"
+
+
+def register(sub) -> None:
+    parser = sub.add_parser(NAME, help=HELP, description=HELP)
+    parser.add_argument("--target", help="target name (default: the spec's default_target)")
+    parser.add_argument("--dry-run", action="store_true", help="print the plan and stop")
+    parser.add_argument("--rebuild", action="store_true", help="build even if the content tag already exists")
+    parser.add_argument("--skip-validation", action="store_true",
+                        help="build and load only: the image gets no tag (for reproducibility checks)")
+
+
+def print_plan(locked: Locked, log) -> None:
+    target, lock = locked.inputs.target, locked.lock
+    log.result(f"target      {target.name}: {target.description}")
+    log.result(f"base        {target.base.image} @ {target.base.digest}")
+    log.result(f"            platform manifest {lock['base']['manifest']}, config {lock['base']['config']}")
+    log.result(f"vllm        {lock['vllm']['version']} at {lock['vllm']['root']}")
+    for patch in lock["inputs"]["patches"]:
+        log.result(f"patch       {patch['file']}  sha256:{patch['sha256'][:12]}  ({patch['upstream'] or 'local'})")
+    for table in lock["inputs"]["tables"]:
+        log.result(f"table       {table['file']} -> vllm/{table['installs_as']}")
+    for rel, fp in lock["files"].items():
+        pre = fp["pre"]["git_blob"][:10] if isinstance(fp["pre"], dict) else fp["pre"]
+        log.result(f"file        {rel}: {pre} -> {fp['post']['git_blob'][:10]}")
+    log.result(f"image       {locked.reference}  (+ {', '.join(target.aliases) or 'no aliases'})")
+    log.result("steps       check lock -> pull base -> patch -> docker build delta -> assemble config -> "
+               "load -> validate -> tag")
+
+
+def existing_image(engine: Engine, locked: Locked) -> str | None:
+    """The local image already tagged with the content tag, if it carries this very lock."""
+    image_id = engine.image_id(locked.reference)
+    if image_id is None:
+        return None
+    labels = engine.inspect(image_id)["Config"].get("Labels") or {}
+    return image_id if labels.get(f"{NS}.lock.sha256") == content_digest(locked.lock) else None
+
+
+def release(engine: Engine, locked: Locked, image_id: str, log) -> None:
+    target = locked.inputs.target
+    for tag in (locked.tag, *target.aliases):
+        engine.tag(image_id, target.repository, tag)
+        log.info(f"tagged {target.repository}:{tag}")
+
+
+def run(args, log) -> int:
+    target = load_target(args.spec, args.target)
+    with log.step(f"check inputs against {target.lock_file.name}"):
+        locked = check_inputs_against_lock(target)
+        log.info(f"content tag {locked.tag}")
+    if args.dry_run:
+        print_plan(locked, log)
+        return 0
+    engine = Engine.connect()
+    image_id = None if args.rebuild else existing_image(engine, locked)
+    if image_id is not None:
+        log.result(f"{locked.reference} is up to date")
+        log.result(f"{locked.reference} {image_id}")
+        return 0
+    from builder import delivery
+    if not args.rebuild and not args.skip_validation:      # never rebuild what the registry holds
+        image_id = delivery.pull_if_published(engine, locked, log)
+        if image_id is not None:
+            log.result(f"{locked.reference} {image_id} (pulled, not built)")
+            return 0
+    image_id = build_image(engine, locked, log)
+    if args.rebuild:                                        # reproducibility check against the registry
+        delivery.check_reproduces(locked, image_id, log)
+    if args.skip_validation:
+        log.result(f"{image_id} (not validated, not tagged)")
+        return 0
+    from builder.validate import require_passed, run_validation
+    report_dir = BUILD_DIR / "reports" / target.name / locked.tag
+    with log.step("validate: smoke suite inside the image"):
+        result = run_validation(engine.client, image_id, report_dir, log=log.info)
+    if not result.passed:
+        raise ValidationFailed(f"{image_id}: validation failed ({', '.join(result.failed_checks)}); "
+                               f"no tag applied; report in {report_dir}")
+    require_passed(result)
+    with log.step("tag"):
+        release(engine, locked, image_id, log)
+    log.result(f"{locked.reference} {image_id}")
+    return 0

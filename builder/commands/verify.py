@@ -1,0 +1,54 @@
+"""``builder verify IMAGE`` (``make verify``): check an image against the lock before using it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+NAME = "verify"
+HELP = "check IMAGE (labels, patched-file fingerprints, tables) against the target's lock; refuse a mismatch"
+
+
+def register(sub) -> None:
+    parser = sub.add_parser(NAME, help=HELP, description=HELP)
+    parser.add_argument("image", nargs="?", help="image reference or id in the engine")
+    parser.add_argument("--target", help="target whose lock to check against (default: the spec's default_target)")
+    parser.add_argument("--lock", type=Path, help="lock file to check against (default: the target's)")
+    parser.add_argument("--rootfs", type=Path,
+                        help="check an unpacked root file system (e.g. an enroot container) instead of IMAGE; "
+                             "files and lock only, no labels")
+
+
+def run(args, log) -> int:
+    from builder.engine import Engine
+    from builder.errors import BuilderError
+    from builder.lock import content_tag, read_lock
+    from builder.verify import refuse, require_verified, rootfs_problems
+
+    if args.lock is not None:
+        lock_file = args.lock
+    else:
+        from builder.workflow import load_target
+        lock_file = load_target(args.spec, args.target).lock_file
+    lock = read_lock(lock_file)
+    if args.rootfs is not None:
+        with log.step(f"verify {args.rootfs} against {lock_file}"):
+            problems = rootfs_problems(args.rootfs, lock)
+            if problems:
+                raise refuse(str(args.rootfs), problems, str(lock_file))
+        log.result(f"{args.rootfs}: matches {lock_file} (content tag {content_tag(lock)}; files and lock only)")
+        return 0
+    if not args.image:
+        raise BuilderError("verify: give IMAGE or --rootfs DIR")
+    engine = Engine.connect()
+    image_id = engine.inspect(args.image)["Id"]
+    with log.step(f"verify {args.image} ({image_id}) against {lock_file}"):
+        try:
+            notes = require_verified(engine, image_id, lock, what=args.image)
+        except BuilderError as exc:
+            if exc.details:
+                raise refuse(args.image, exc.details, str(lock_file)) from None
+            raise
+        for note in notes:
+            log.info(note)
+    log.result(f"{args.image}: verified against {lock_file} (content tag {content_tag(lock)}, image {image_id})")
+    return 0

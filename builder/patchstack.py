@@ -1,0 +1,217 @@
+"""The patch stack: a quilt-style ``series`` of unified diffs applied with GNU patch, zero fuzz.
+
+Each patch, in series order, has exactly one of three outcomes against the tree:
+
+* ``applied``          it applied cleanly (forward dry run succeeded, then applied);
+* ``already-applied``  the tree already holds its post-image (reverse dry run succeeds);
+* anything else        a conflict: :class:`PatchError` names the file and hunk at fault.
+
+The stack is applied to a private copy of the touched files and copied back only when every
+patch succeeded, so a failure leaves the caller's tree exactly as it was.
+"""
+
+from __future__ import annotations
+
+import os
+import py_compile
+import re
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from builder.errors import PatchError
+from builder.hashing import sha256_file
+
+PATCH_ROOT = "vllm"      # every path a patch touches lies under vllm/ (-p1 at its parent)
+_HEADER_RE = re.compile(r"^(?:---|\+\+\+) (\S+)")
+# git's own header names both sides; GNU patch acts on it alone for header-only entries
+# (empty new files, mode changes, renames), so its paths are checked and tracked too.
+_GIT_HEADER_RE = re.compile(r"^diff --git (\S+) (\S+)$")
+_HUNK_FAILED_RE = re.compile(r"^Hunk #(\d+) FAILED at (\d+)")
+_PATCHING_RE = re.compile(r"^(?:checking|patching) file '?([^']+?)'?$")
+
+
+@dataclass(frozen=True)
+class Patch:
+    path: Path
+    sha256: str
+    files: tuple[str, ...]          # paths relative to the parent of vllm/, e.g. vllm/model_executor/...
+    upstream: str                   # the upstream change it stands in for ("vLLM #45726")
+    description: str
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+
+@dataclass(frozen=True)
+class Outcome:
+    patch: Patch
+    result: str                     # "applied" | "already-applied"
+    detail: str                     # GNU patch's report (offsets are worth seeing)
+
+
+def load_series(series_file: Path) -> list[Patch]:
+    """Parse a quilt ``series`` file and each patch it lists; refuses unsafe or malformed patches."""
+    series_file = Path(series_file)
+    try:
+        lines = series_file.read_text().splitlines()
+    except OSError as exc:
+        raise PatchError(f"{series_file}: cannot read series: {exc.strerror}") from None
+    patches = []
+    seen = set()
+    for lineno, raw in enumerate(lines, 1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        name, *opts = line.split()
+        if opts not in ([], ["-p1"]):
+            raise PatchError(f"{series_file}:{lineno}: {name}: only -p1 patches are supported, got {' '.join(opts)!r}")
+        if "/" in name or name in (".", ".."):
+            raise PatchError(f"{series_file}:{lineno}: {name!r}: patches must sit beside the series file")
+        if name in seen:
+            raise PatchError(f"{series_file}:{lineno}: {name} is listed twice")
+        seen.add(name)
+        patches.append(_load_patch((series_file.parent / name).resolve(), f"{series_file}:{lineno}"))
+    if not patches:
+        raise PatchError(f"{series_file}: the series lists no patches")
+    return patches
+
+
+def _load_patch(path: Path, where: str) -> Patch:
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise PatchError(f"{where}: {path.name}: cannot read patch: {exc.strerror}") from None
+    files: list[str] = []
+    header: list[str] = []
+    in_header = True
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if line.startswith(("diff --git", "--- ", "index ")):
+            in_header = False
+        if in_header:
+            header.append(line)
+        if re.match(r"^(new|deleted) file mode 120000|^(old|new) mode 120000", line):
+            raise PatchError(f"{path}:{lineno}: patches may not create or change symlinks")
+        if line.startswith("GIT binary patch") or line.startswith("Binary files "):
+            raise PatchError(f"{path}:{lineno}: binary patches are not supported")
+        git = _GIT_HEADER_RE.match(line)
+        if git:
+            files.extend(_checked_path(raw, path, lineno) for raw in git.groups())
+            continue
+        m = _HEADER_RE.match(line)
+        if not m or m.group(1) == "/dev/null":
+            continue
+        files.append(_checked_path(m.group(1), path, lineno))
+    if not files:
+        raise PatchError(f"{path}: not a unified diff (no ---/+++ file headers)")
+    upstream = next((h.split(":", 1)[1].strip() for h in header if h.lower().startswith("upstream:")), "")
+    subject = [h.split(":", 1)[1].strip() for h in header if h.lower().startswith("subject:")]
+    description = subject[0] if subject else next((h.strip() for h in header if h.strip()), path.stem)
+    return Patch(path=path, sha256=sha256_file(path), files=tuple(dict.fromkeys(files)),
+                 upstream=upstream, description=description)
+
+
+def _checked_path(raw: str, patch: Path, lineno: int) -> str:
+    """Strip one component (-p1) and make sure the result stays inside vllm/."""
+    if raw.startswith("/"):
+        raise PatchError(f"{patch}:{lineno}: {raw!r} is an absolute path")
+    parts = PurePosixPath(raw).parts
+    if ".." in parts:
+        raise PatchError(f"{patch}:{lineno}: {raw!r} leaves the vLLM tree ('..')")
+    stripped = PurePosixPath(*parts[1:]) if len(parts) > 1 else PurePosixPath("")
+    if not stripped.parts or stripped.parts[0] != PATCH_ROOT or len(stripped.parts) < 2:
+        raise PatchError(f"{patch}:{lineno}: {raw!r} is outside the vLLM tree (expected a/{PATCH_ROOT}/...)")
+    return stripped.as_posix()
+
+
+def touched_files(patches: list[Patch]) -> list[str]:
+    """Every path (relative to the parent of vllm/) the stack touches, in first-touch order."""
+    return list(dict.fromkeys(f for p in patches for f in p.files))
+
+
+def _run_patch(args: list[str], tree: Path, patch: Path) -> subprocess.CompletedProcess:
+    # --forward always: with --batch alone GNU patch silently reverses a patch it
+    # believes applied. --fuzz=0: context must match exactly (line offsets are fine).
+    cmd = ["patch", "-p1", "--fuzz=0", "--batch", "--no-backup-if-mismatch",
+           "--reject-file=-", "-d", str(tree), "-i", str(patch), *args]
+    env = dict(os.environ, LC_ALL="C", POSIXLY_CORRECT="")
+    env.pop("POSIXLY_CORRECT")
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, env=env)
+    except FileNotFoundError:
+        raise PatchError("GNU patch is not installed (apt-get install patch)") from None
+
+
+def _conflict(patch: Patch, forward: subprocess.CompletedProcess) -> PatchError:
+    current = "?"
+    for line in forward.stdout.splitlines():
+        m = _PATCHING_RE.match(line.strip())
+        if m:
+            current = m.group(1)
+            continue
+        m = _HUNK_FAILED_RE.match(line.strip())
+        if m:
+            return PatchError(f"{patch.name}: {current}: hunk #{m.group(1)} does not apply at line {m.group(2)} "
+                              "(zero fuzz; neither applicable nor already applied); nothing was changed")
+    reason = " ".join((forward.stdout + forward.stderr).split())[:300]
+    return PatchError(f"{patch.name}: neither applicable nor already applied; nothing was changed ({reason})")
+
+
+def apply_stack(patches: list[Patch], parent: Path) -> list[Outcome]:
+    """Apply ``patches`` to the tree at ``parent`` (the folder holding ``vllm/``), all or nothing."""
+    parent = Path(parent)
+    files = touched_files(patches)
+    for rel in files:
+        target = parent / rel
+        for probe in [target, *target.parents]:
+            if probe == parent:
+                break
+            if probe.is_symlink():
+                raise PatchError(f"{probe}: is a symlink; the patch stack never follows links")
+    with tempfile.TemporaryDirectory(prefix="m3-patch-") as tmp:
+        work = Path(tmp)
+        for rel in files:
+            if (parent / rel).exists():
+                (work / rel).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(parent / rel, work / rel)
+        outcomes = []
+        for patch in patches:
+            forward = _run_patch(["--forward", "--dry-run"], work, patch.path)
+            if forward.returncode == 0:
+                done = _run_patch(["--forward"], work, patch.path)
+                if done.returncode != 0:
+                    raise _conflict(patch, done)
+                outcomes.append(Outcome(patch, "applied", done.stdout.strip()))
+                continue
+            reverse = _run_patch(["--reverse", "--dry-run"], work, patch.path)
+            if reverse.returncode == 0:
+                outcomes.append(Outcome(patch, "already-applied", reverse.stdout.strip()))
+                continue
+            raise _conflict(patch, forward)
+        _compile_all(work, files)
+        # Every patch went through: copy the results back (and drop files the stack deleted).
+        for rel in files:
+            src, dst = work / rel, parent / rel
+            if src.exists():
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                tmp_dst = dst.with_name(f".{dst.name}.m3-new")
+                shutil.copy2(src, tmp_dst)
+                os.replace(tmp_dst, dst)
+            elif dst.exists():
+                dst.unlink()
+    return outcomes
+
+
+def _compile_all(work: Path, files: list[str]) -> None:
+    """py_compile every patched Python file (bytecode goes to a scratch file, never the tree)."""
+    with tempfile.TemporaryDirectory(prefix="m3-pyc-") as scratch:
+        for rel in files:
+            path = work / rel
+            if path.suffix == ".py" and path.exists():
+                try:
+                    py_compile.compile(str(path), cfile=os.path.join(scratch, "x.pyc"), doraise=True)
+                except py_compile.PyCompileError as exc:
+                    raise PatchError(f"{rel}: does not compile after patching: {exc.msg.strip().splitlines()[-1]}") from None

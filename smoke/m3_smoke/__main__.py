@@ -1,0 +1,5 @@
+import sys
+
+from m3_smoke.cli import main
+
+sys.exit(main())

@@ -1,0 +1,217 @@
+"""Backend-selection log markers and the SwiGLU parameters of the converted path."""
+
+from __future__ import annotations
+
+from m3_smoke.report import CheckFailed
+
+NATIVE_LINE = "Using native CDNA4 (gfx950) MXFP8 dot_scaled MoE backend."
+EMULATION_LINE = "No native MXFP8 MoE backend available on this device"
+
+M3_SWIGLU = {"gemm1_alpha": 1.702, "gemm1_beta": 1.0, "gemm1_clamp_limit": 7.0}
+
+
+def _markers() -> tuple[str, str]:
+    from m3_smoke.vllm_env import conversion_module
+
+    try:
+        mod = conversion_module()
+    except ImportError as exc:
+        raise CheckFailed(f"conversion module not importable: {exc}") from None
+    bm = getattr(mod, "BACKEND_MARKER", None)
+    cm = getattr(mod, "CONVERSION_MARKER", None)
+    if not isinstance(bm, str) or not bm.strip():
+        raise CheckFailed("conversion module exports no BACKEND_MARKER string")
+    return bm, cm if isinstance(cm, str) else ""
+
+
+def _platform_ctx(arch: str, mode: str, device_name: str):
+    """Real platform when the real GPU is ``arch`` (mode auto), mocked otherwise."""
+    import contextlib
+
+    from m3_smoke.vllm_env import mocked_platform, real_gpu_arch
+
+    real = real_gpu_arch() if mode == "auto" else None
+    if real == arch:
+        return contextlib.nullcontext(), "real"
+    return mocked_platform(arch, device_name), "mock"
+
+
+def select_backend(arch: str, mode: str, device_name: str = "AMD_Instinct_MI300X"):
+    """Drive vLLM's own MXFP8 MoE oracle; return (backend, experts_cls, log, platform)."""
+    from m3_smoke.vllm_env import captured_vllm_log, moe_config
+
+    ctx, kind = _platform_ctx(arch, mode, device_name)
+    with ctx:
+        from vllm.model_executor.layers.fused_moe.oracle.mxfp8 import (
+            select_mxfp8_moe_backend,
+        )
+
+        with captured_vllm_log() as log:
+            backend, cls = select_mxfp8_moe_backend(moe_config())
+    return backend, cls, list(log), kind
+
+
+def check_backend_marker_gfx942(mode: str, device_name: str) -> dict:
+    marker, _ = _markers()
+    try:
+        backend, cls, log, kind = select_backend("gfx942", mode, device_name)
+    except Exception as exc:
+        raise CheckFailed(f"select_mxfp8_moe_backend raised on gfx942: {type(exc).__name__}: {exc}")
+    details = {
+        "platform": kind,
+        "backend": getattr(backend, "value", str(backend)),
+        "experts": cls.__name__,
+        "log": [ln for ln in log if "MXFP8" in ln or "MxFp8" in ln or ln == marker],
+    }
+    if marker not in log:
+        raise CheckFailed(
+            f"BACKEND_MARKER not logged on gfx942 ({kind}); backend "
+            f"{details['backend']}/{cls.__name__}",
+            **details,
+        )
+    if any(EMULATION_LINE in ln for ln in log):
+        raise CheckFailed(f"BF16-emulation line logged on gfx942 ({kind})", **details)
+    if "EMULATION" in details["backend"] or "Emulation" in cls.__name__:
+        raise CheckFailed(f"gfx942 still selects the emulation backend ({cls.__name__})", **details)
+    return details
+
+
+def check_backend_marker_gfx950(mode: str, device_name: str) -> dict:
+    marker, _ = _markers()
+    try:
+        backend, cls, log, kind = select_backend("gfx950", mode, "AMD_Instinct_MI355X")
+    except Exception as exc:
+        raise CheckFailed(f"select_mxfp8_moe_backend raised on gfx950: {type(exc).__name__}: {exc}")
+    details = {
+        "platform": kind,
+        "backend": getattr(backend, "value", str(backend)),
+        "experts": cls.__name__,
+    }
+    if NATIVE_LINE not in log:
+        raise CheckFailed(f"native gfx950 line not logged ({kind}); backend {details['backend']}", **details)
+    if marker in log or any(EMULATION_LINE in ln for ln in log):
+        raise CheckFailed(f"gfx950 logged the converted/emulation line ({kind})", **details)
+    if details["backend"] != "NATIVE_MXFP8":
+        raise CheckFailed(f"gfx950 selected {details['backend']}, not NATIVE_MXFP8", **details)
+    return details
+
+
+# ---------------------------------------------------------------- swiglu_params
+
+
+def _fake_layer(E: int, N: int, K: int, swiglu: dict):
+    import torch
+
+    from vllm.model_executor.layers.quantization.utils.mxfp8_utils import (
+        MXFP8_SCALE_DTYPE,
+        MXFP8_VALUE_DTYPE,
+    )
+
+    class _Layer(torch.nn.Module):
+        def _expert_routing_tables(self):
+            return None
+
+    layer = _Layer()
+    g = torch.Generator().manual_seed(0)
+
+    def w(*shape):
+        x = torch.randn(*shape, generator=g).clamp(-400, 400)
+        return torch.nn.Parameter(x.to(MXFP8_VALUE_DTYPE), requires_grad=False)
+
+    def s(*shape):
+        x = torch.randint(120, 130, shape, generator=g, dtype=torch.int32)
+        return torch.nn.Parameter(x.to(MXFP8_SCALE_DTYPE), requires_grad=False)
+
+    layer.w13_weight = w(E, 2 * N, K)
+    layer.w2_weight = w(E, K, N)
+    layer.w13_weight_scale = s(E, 2 * N, K // 32)
+    layer.w2_weight_scale = s(E, K, N // 32)
+    layer.hidden_size = K
+    layer.intermediate_size_per_partition = N
+    layer.num_experts = E
+    layer.global_num_experts = E
+    layer.local_num_experts = E
+    layer.orig_dtype = torch.bfloat16
+    layer.params_dtype = torch.bfloat16
+    layer.swiglu_limit = swiglu["gemm1_clamp_limit"]
+    layer.swiglu_alpha = swiglu["gemm1_alpha"]
+    layer.swiglu_beta = swiglu["gemm1_beta"]
+    layer.expert_map = None
+    return layer
+
+
+def build_converted_quant_config(mode: str, device_name: str):
+    """Run the ModelOpt MXFP8 MoE load path (the MiniMax-M3 checkpoint's method)
+    on a tiny gfx942 layer and capture the FusedMoEQuantConfig it builds for the
+    kernel. Returns (quant_config, layer, backend, experts_cls, log).
+    """
+    import types
+    from unittest import mock
+
+    import vllm.model_executor.layers.quantization.modelopt as mo
+
+    from m3_smoke.vllm_env import captured_vllm_log, moe_config
+
+    E, N, K = 2, 256, 512
+    ctx, kind = _platform_ctx("gfx942", mode, device_name)
+    captured = {}
+
+    def _capture_kernel(**kwargs):
+        captured.update(kwargs)
+        return types.SimpleNamespace(name="captured-by-m3_smoke")
+
+    with ctx, captured_vllm_log() as log:
+        cfg = moe_config(num_experts=E, hidden=K, intermediate=N)
+        qc = types.SimpleNamespace(is_checkpoint_mxfp8_serialized=True)
+        method = mo.ModelOptMxFp8FusedMoE(qc, cfg)
+        layer = _fake_layer(E, N, K, M3_SWIGLU)
+        with mock.patch.object(mo, "make_fp8_moe_kernel", _capture_kernel):
+            method.process_weights_after_loading(layer)
+    quant_config = captured.get("moe_quant_config", getattr(method, "moe_quant_config", None))
+    return quant_config, layer, getattr(method, "mxfp8_backend", None), method.experts_cls, list(log), kind
+
+
+def check_swiglu_params(mode: str, device_name: str) -> dict:
+    import torch
+
+    try:
+        qcfg, layer, backend, cls, log, kind = build_converted_quant_config(mode, device_name)
+    except Exception as exc:
+        raise CheckFailed(f"ModelOpt MXFP8 MoE load path failed on gfx942: {type(exc).__name__}: {exc}")
+    if qcfg is None:
+        raise CheckFailed("no FusedMoEQuantConfig was built on gfx942")
+    got = {k: getattr(qcfg, k, None) for k in M3_SWIGLU}
+    details = {
+        "platform": kind,
+        "backend": getattr(backend, "value", str(backend)),
+        "experts": getattr(cls, "__name__", str(cls)),
+        "block_shape": qcfg.block_shape,
+        "quant_dtype": str(qcfg.quant_dtype),
+        "w13_dtype": str(layer.w13_weight.dtype),
+        "w13_scale": [str(layer.w13_weight_scale.dtype), list(layer.w13_weight_scale.shape)],
+        **got,
+    }
+    if list(qcfg.block_shape or []) != [128, 128]:
+        raise CheckFailed(
+            f"quant config is not the converted block-FP8 one (block_shape {qcfg.block_shape}, "
+            f"backend {details['backend']})",
+            **details,
+        )
+    if qcfg.quant_dtype not in (torch.float8_e4m3fnuz, torch.float8_e4m3fn):
+        raise CheckFailed(f"quant dtype {qcfg.quant_dtype} is not FP8", **details)
+    bad = [
+        f"{k}={got[k]!r} (want {v})"
+        for k, v in M3_SWIGLU.items()
+        if got[k] is None or abs(float(got[k]) - v) > 1e-6
+    ]
+    if bad:
+        raise CheckFailed("SwiGLU-OAI parameters lost in the converted quant config: " + ", ".join(bad), **details)
+    if layer.w13_weight.dtype != torch.float8_e4m3fnuz and kind == "mock":
+        raise CheckFailed(f"converted w13 dtype {layer.w13_weight.dtype}, want float8_e4m3fnuz", **details)
+    if layer.w13_weight_scale.dtype != torch.float32 or list(layer.w13_weight_scale.shape) != [2, 4, 4]:
+        raise CheckFailed(
+            f"converted w13 scale {layer.w13_weight_scale.dtype}{list(layer.w13_weight_scale.shape)}, "
+            "want float32[2, 4, 4]",
+            **details,
+        )
+    return details

@@ -1,0 +1,105 @@
+"""Fixtures for the patch-stack tests: a pristine vLLM 0.24.0 tree, copied to a
+session tmp dir and patched with GNU patch (zero fuzz), importable as ``vllm``."""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+PATCHES = REPO / "patches"
+PATCH_CMD = ["patch", "-p1", "--forward", "--fuzz=0", "--batch", "--no-backup-if-mismatch"]
+
+
+def read_series(name: str) -> list[str]:
+    """Patch file names of a quilt series file (``#`` comments, blank lines)."""
+    names = []
+    for line in (PATCHES / name).read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            names.append(line.split()[0])
+    return names
+
+
+def run_patch(root: Path, patch_file: Path, *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [*PATCH_CMD, *extra, "-i", str(patch_file)],
+        cwd=root, capture_output=True, text=True,
+    )
+
+
+@pytest.fixture(scope="session")
+def pristine_site() -> Path:
+    """Folder holding the pristine (never modified) vLLM 0.24.0 ``vllm/`` tree."""
+    from builder.standin.vllm_sources import vllm_site
+
+    return vllm_site(REPO / "build" / "cache")
+
+
+@pytest.fixture(scope="session")
+def patched_site(pristine_site: Path, tmp_path_factory) -> Path:
+    """Copy of the pristine tree with ``patches/series`` applied (zero fuzz).
+
+    The single place that applies the stack (the lead swaps this body for
+    builder.patchstack). Returns the folder that holds the patched ``vllm/``.
+    """
+    site = tmp_path_factory.mktemp("vllm-0.24.0-patched")
+    shutil.copytree(pristine_site / "vllm", site / "vllm")
+    for name in read_series("series"):
+        result = run_patch(site, PATCHES / name)
+        assert result.returncode == 0, f"{name}:\n{result.stdout}{result.stderr}"
+        assert "fuzz" not in result.stdout.lower(), result.stdout
+    return site
+
+
+@pytest.fixture(scope="session")
+def vllm_on_path(patched_site: Path):
+    """Put the patched tree first on sys.path so ``import vllm`` is the patched one."""
+    sys.path.insert(0, str(patched_site))
+    importlib.invalidate_caches()
+    import vllm  # noqa: F401
+
+    assert Path(vllm.__file__).resolve().is_relative_to(patched_site.resolve())
+    yield patched_site
+    sys.path.remove(str(patched_site))
+
+
+@pytest.fixture(scope="session")
+def conv(vllm_on_path):
+    """The conversion module, imported from the patched vLLM tree."""
+    return importlib.import_module(
+        "vllm.model_executor.layers.quantization.utils.mxfp8_block_fp8"
+    )
+
+
+class _ListHandler(logging.Handler):
+    def __init__(self):
+        super().__init__(level=logging.DEBUG)
+        self.messages: list[str] = []
+
+    def emit(self, record):
+        self.messages.append(record.getMessage())
+
+
+@pytest.fixture
+def vllm_logs(vllm_on_path):
+    """Messages logged by the ``vllm`` logger tree during the test; resets the
+    ``*_once`` caches so "logged once" is observable per test."""
+    import vllm.logger as vlog
+
+    for fn in ("_print_info_once", "_print_warning_once", "_print_debug_once"):
+        getattr(vlog, fn).cache_clear()
+    handler = _ListHandler()
+    root = logging.getLogger("vllm")
+    old_level = root.level
+    root.addHandler(handler)
+    root.setLevel(logging.DEBUG)
+    yield handler.messages
+    root.removeHandler(handler)
+    root.setLevel(old_level)
