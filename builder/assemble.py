@@ -64,7 +64,7 @@ def compose_config(base: ResolvedBase, delta: Delta, history_comment: str) -> by
         "created_by": "m3-image: patched vLLM files, MI300X MoE tables, smoke suite (one layer)",
         "comment": history_comment,
     }]
-    return json.dumps(config, separators=(",", ":")).encode()
+    return json.dumps(config, separators=(",", ":"), ensure_ascii=False).encode()
 
 
 def image_archive(config: bytes, base: ResolvedBase, delta: Delta) -> tuple[bytes, str]:

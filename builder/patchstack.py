@@ -29,6 +29,7 @@ _HEADER_RE = re.compile(r"^(?:---|\+\+\+) (\S+)")
 # git's own header names both sides; GNU patch acts on it alone for header-only entries
 # (empty new files, mode changes, renames), so its paths are checked and tracked too.
 _GIT_HEADER_RE = re.compile(r"^diff --git (\S+) (\S+)$")
+_HUNK_RE = re.compile(r"^@@ -\d+(?:,(\d+))? \+\d+(?:,(\d+))? @@")
 _HUNK_FAILED_RE = re.compile(r"^Hunk #(\d+) FAILED at (\d+)")
 _PATCHING_RE = re.compile(r"^(?:checking|patching) file '?([^']+?)'?$")
 
@@ -88,7 +89,20 @@ def _load_patch(path: Path, where: str) -> Patch:
     files: list[str] = []
     header: list[str] = []
     in_header = True
+    old_left = new_left = 0          # lines still to come in the current hunk
     for lineno, line in enumerate(text.splitlines(), 1):
+        if old_left > 0 or new_left > 0:
+            # inside a hunk: "--- x" here is a removed line "-- x", not a file header
+            if line.startswith((" ", "-")) or line == "":
+                old_left -= 1
+            if line.startswith((" ", "+")) or line == "":
+                new_left -= 1
+            continue
+        hunk = _HUNK_RE.match(line)
+        if hunk:
+            old_left = int(hunk.group(1) or 1)
+            new_left = int(hunk.group(2) or 1)
+            continue
         if line.startswith(("diff --git", "--- ", "index ")):
             in_header = False
         if in_header:

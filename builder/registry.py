@@ -54,7 +54,7 @@ def parse_reference(ref: str) -> Reference:
     if registry in ("docker.io", "index.docker.io"):
         registry = DOCKER_HUB
     if registry == DOCKER_HUB and "/" not in repository:
-        pass
+        repository = f"library/{repository}"
     return Reference(registry=registry, repository=repository, tag=tag, digest=digest)
 
 

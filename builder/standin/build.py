@@ -370,7 +370,8 @@ def _build_image(client: docker.DockerClient, rootfs_image: str, site: Path, vll
         image_id = ""
         try:
             stream = client.api.build(fileobj=context, custom_context=True, tag=LOCAL_TAG,
-                                      rm=True, forcerm=True, pull=False, decode=True)
+                                      rm=True, forcerm=True, pull=False, decode=True,
+                                      network_mode="none")  # hermetic: nothing is fetched
             for chunk in stream:
                 if "error" in chunk or "errorDetail" in chunk:
                     detail = chunk.get("errorDetail", {}).get("message") or chunk.get("error")

@@ -46,15 +46,16 @@ def pristine_site() -> Path:
 def patched_site(pristine_site: Path, tmp_path_factory) -> Path:
     """Copy of the pristine tree with ``patches/series`` applied (zero fuzz).
 
-    The single place that applies the stack (the lead swaps this body for
-    builder.patchstack). Returns the folder that holds the patched ``vllm/``.
+    Applied by the builder's own ``builder.patchstack`` (the code path images use).
+    Returns the folder that holds the patched ``vllm/``.
     """
+    from builder.patchstack import apply_stack, load_series
+
     site = tmp_path_factory.mktemp("vllm-0.24.0-patched")
     shutil.copytree(pristine_site / "vllm", site / "vllm")
-    for name in read_series("series"):
-        result = run_patch(site, PATCHES / name)
-        assert result.returncode == 0, f"{name}:\n{result.stdout}{result.stderr}"
-        assert "fuzz" not in result.stdout.lower(), result.stdout
+    outcomes = apply_stack(load_series(PATCHES / "series"), site)
+    assert [(o.patch.name, o.result) for o in outcomes] == [(n, "applied") for n in read_series("series")]
+    assert not any("fuzz" in o.detail.lower() or "offset" in o.detail.lower() for o in outcomes)
     return site
 
 
