@@ -9,7 +9,7 @@ IMAGE   ?=
 BUILDER := $(PY) -m builder --spec $(SPEC)
 TARGET_ARG := $(if $(TARGET),--target $(TARGET),)
 
-.PHONY: venv services standin lock image dry-run demo test validate push resolve verify bench bench-convert clean
+.PHONY: venv services standin lock image dry-run demo test validate push resolve verify bench bench-convert bench-delivery clean
 
 venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml requirements/vllm-runtime.txt
@@ -44,6 +44,18 @@ test: venv           ## the whole suite (docker tests included: run `make servic
 
 validate: venv       ## run the in-image smoke suite against IMAGE=ref
 	$(BUILDER) validate $(IMAGE)
+
+push: venv           ## push the validated image by its content tag, then move the aliases (TARGET=name)
+	$(BUILDER) push $(TARGET_ARG)
+
+resolve: venv        ## print IMAGE=repo@sha256:..., PYXIS_IMAGE=..., CACHE_KEY=... (TARGET=name or IMAGE=ref)
+	$(BUILDER) resolve $(TARGET_ARG) $(IMAGE)
+
+verify: venv         ## check IMAGE=ref against the target's lock before using it (TARGET=name)
+	$(BUILDER) verify $(TARGET_ARG) $(IMAGE)
+
+bench-delivery: venv ## make image when the content tag is already published: seconds and bytes
+	$(PY) bench/bench_delivery.py --spec $(SPEC) $(if $(TARGET),--target $(TARGET),)
 
 bench: venv          ## build-time figures: incremental build, delta bytes, no-op rebuild
 	$(PY) bench/bench_build.py

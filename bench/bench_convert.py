@@ -13,6 +13,7 @@ amax/240 FNUZ).
 
   python bench/bench_convert.py --device cpu                 # E=16, small default
   python bench/bench_convert.py --device cuda --experts 128 16
+  python bench/bench_convert.py --device cuda --sweep   # + launch-config sweep
 """
 
 from __future__ import annotations
@@ -131,10 +132,92 @@ def rel_errors(conv, w, s, n_exp, dev):
     return {k: (v / den) ** 0.5 for k, v in num.items()}
 
 
+def exhaustive_inputs(dev, top):
+    """All 256 E4M3FN bytes (NaN bytes replaced by +0 / -0) x every exponent
+    shift 0..top: row r holds byte r; in tile column kt the first group carries
+    the tile max E8M0 ``top``, the other three ``top - (3*kt + p - 1)``."""
+    kt_n = -(-(top + 1) // 3) + 1
+    K = 128 * kt_n
+    b = torch.arange(256, dtype=torch.int32)
+    b = torch.where(b == 0x7F, 0, torch.where(b == 0xFF, 0x80, b)).to(torch.uint8)
+    w = b[:, None].expand(256, K).contiguous().view(FN)[None]
+    g = torch.arange(K // 32)
+    kt, p = g // 4, g % 4
+    sh = torch.where(p == 0, 0, (3 * kt + p - 1).clamp(max=top))
+    s = (top - sh).to(torch.uint8)[None, None, :].expand(1, 256, K // 32).contiguous()
+    return w.to(dev), s.to(dev)
+
+
+def triton_vs_torch(conv, dev):
+    """Byte/scale mismatches of impl='triton' vs impl='torch' on the exhaustive
+    inputs (FN top 254, FNUZ top 253, small tops) and ragged random data."""
+    cases = [(FN, *exhaustive_inputs(dev, 254)), (FNUZ, *exhaustive_inputs(dev, 253)),
+             (FN, *exhaustive_inputs(dev, 20)), (FNUZ, *exhaustive_inputs(dev, 5))]
+    g = torch.Generator(device="cpu").manual_seed(0)
+    for N, K in ((200, 352), (128, 4096), (300, 96)):
+        w = torch.randint(0, 256, (3, N, K), generator=g, dtype=torch.int32)
+        w = torch.where((w & 0x7F) == 0x7F, 0, w).to(torch.uint8).view(FN)
+        s = torch.randint(0, 254, (3, N, K // 32), generator=g, dtype=torch.int32)
+        s = s.to(torch.uint8)
+        for dt in (FN, FNUZ):
+            cases.append((dt, w.to(dev), s.to(dev)))
+    bad = 0
+    n = 0
+    for dt, w, s in cases:
+        a, sa = conv.convert_mxfp8_to_block_fp8(w, s, fp8_dtype=dt, impl="triton")
+        b, sb = conv.convert_mxfp8_to_block_fp8(w, s, fp8_dtype=dt, impl="torch")
+        bad += int((a.view(torch.uint8) != b.view(torch.uint8)).sum()) + int((sa != sb).sum())
+        n += a.numel()
+    return bad, n
+
+
+SWEEP = [dict(sub=128, num_warps=4, hw_fp8=True, stream=False),
+         dict(sub=128, num_warps=8, hw_fp8=True, stream=False),
+         dict(sub=64, num_warps=4, hw_fp8=True, stream=False),
+         dict(sub=64, num_warps=2, hw_fp8=True, stream=False),
+         dict(sub=128, num_warps=4, hw_fp8=True, stream=True),
+         dict(sub=64, num_warps=4, hw_fp8=True, stream=True),
+         dict(sub=128, num_warps=4, hw_fp8=False, stream=False),
+         dict(sub=64, num_warps=4, hw_fp8=False, stream=False)]
+
+
+def time_convert(conv, w, s, dt, iters, dev):
+    q, sc = conv.convert_mxfp8_to_block_fp8(w, s, fp8_dtype=dt, impl="triton")
+    del q, sc
+    sync(dev)
+    ev = [torch.cuda.Event(enable_timing=True) for _ in range(2 * iters)]
+    t0 = time.perf_counter()
+    for i in range(iters):
+        ev[2 * i].record()
+        q, sc = conv.convert_mxfp8_to_block_fp8(w, s, fp8_dtype=dt, impl="triton")
+        ev[2 * i + 1].record()
+        sync(dev)
+        del q, sc
+    wall = (time.perf_counter() - t0) / iters
+    gpu = sum(ev[2 * i].elapsed_time(ev[2 * i + 1]) for i in range(iters)) / iters / 1e3
+    return wall, gpu
+
+
 def bench_shape(conv, E, N, K, dev, args, label):
     w, s = mx_weights(E, N, K, dev, seed=E * 7 + N)
     nbytes = w.numel() + s.numel() + w.numel() + 4 * E * (-(-N // 128)) * (-(-K // 128))
     res = {"shape": label, "E": E, "N": N, "K": K}
+    if args.sweep and dev.type == "cuda":
+        default = dict(conv._TRITON_CFG)
+        res["sweep"] = []
+        for cfg in SWEEP:
+            conv._TRITON_CFG.update(cfg)
+            try:
+                t, tg = time_convert(conv, w, s, FNUZ, args.iters, dev)
+                bad, _ = triton_vs_torch(conv, dev)
+                row = dict(cfg, GBps=round(nbytes / t / 1e9, 1),
+                           GBps_events=round(nbytes / tg / 1e9, 1), mismatches=bad)
+            except Exception as exc:  # compile errors etc.
+                row = dict(cfg, error=str(exc)[-300:])
+            res["sweep"].append(row)
+            print(f"  sweep {label} E={E}: {row}", flush=True)
+        conv._TRITON_CFG.clear()
+        conv._TRITON_CFG.update(default)
     for dt in (FNUZ, FN):
         kw = dict(fp8_dtype=dt, workspace_bytes=args.workspace_mib * 2**20, impl=args.impl)
         q, sc = conv.convert_mxfp8_to_block_fp8(w, s, **kw)  # warm-up / compile
@@ -203,6 +286,8 @@ def main():
     ap.add_argument("--impl", default="auto", choices=["auto", "torch", "triton"])
     ap.add_argument("--err-experts", type=int, default=None)
     ap.add_argument("--check-experts", type=int, default=16)
+    ap.add_argument("--sweep", action="store_true",
+                    help="cuda: also time the Triton launch configurations in SWEEP")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     cuda = args.device == "cuda"
@@ -223,6 +308,14 @@ def main():
     print(f"module: {report['module']}")
     print(f"device: {report['device_name']}  torch {torch.__version__}")
     print(f"memory-copy bandwidth (read+write): {report['copy_GBps']:.1f} GB/s")
+    if cuda:
+        try:
+            bad, n = triton_vs_torch(conv, dev)
+        except Exception as exc:
+            bad, n = f"FAILED: {exc}", 0
+        report["exhaustive_mismatches"] = bad
+        print(f"Triton vs torch path, all 256 bytes x shifts 0..254 + ragged random "
+              f"data ({n} bytes, FN and FNUZ): {bad} mismatching bytes/scales", flush=True)
     report["results"] = []
     for E in args.experts:
         for label, N, K in (("w13", 2 * I, H), ("w2", H, I)):

@@ -23,7 +23,7 @@ from builder.engine import Engine
 from builder.errors import BuilderError
 from builder.hashing import git_blob_id, sha256_bytes
 from builder.lock import content_tag
-from builder.provenance import image_labels
+from builder.provenance import NS, image_labels
 
 Reader = Callable[[list[str]], dict[str, bytes | None]]
 
@@ -39,6 +39,8 @@ def _short(value, width: int = 80) -> str:
 
 def check_labels(labels: dict[str, str], lock: dict) -> list[str]:
     expected = image_labels(lock, lock["inputs"].get("labels") or {})
+    first = (f"{NS}.lock.sha256", f"{NS}.content-tag")          # the identity labels lead the report
+    expected = {**{k: expected[k] for k in first}, **expected}
     return [f"label {key}: expected {_short(value)}, found {_short(labels.get(key, 'nothing'))}"
             for key, value in expected.items() if labels.get(key) != value]
 

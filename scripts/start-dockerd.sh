@@ -16,9 +16,10 @@ if docker info >/dev/null 2>&1; then
 fi
 command -v dockerd >/dev/null || die "dockerd not found: apt-get install docker.io"
 [[ $(id -u) == 0 ]] || die "the engine is down and starting dockerd needs root"
-if [[ -S /var/run/docker.sock ]] && ! pgrep -x dockerd >/dev/null; then
-    rm -f /var/run/docker.sock /var/run/docker.pid  # stale socket from a dead engine
+if [[ -s /var/run/docker.pid ]] && kill -0 "$(cat /var/run/docker.pid)" 2>/dev/null; then
+    die "dockerd (pid $(cat /var/run/docker.pid)) runs but does not answer on /var/run/docker.sock; see its log"
 fi
+rm -f /var/run/docker.sock /var/run/docker.pid  # leftovers of a dead engine
 mkdir -p "$state"
 setsid nohup dockerd --host unix:///var/run/docker.sock >>"$state/dockerd.log" 2>&1 < /dev/null &
 pid=$!

@@ -31,7 +31,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except docker.errors.DockerException as exc:
-        print(f"error: Docker engine: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}",
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        print(f"error: Docker engine unreachable ({reason}): start it with scripts/start-dockerd.sh",
               file=sys.stderr)
         return 2
     if base.timings:

@@ -57,10 +57,6 @@ DEFAULT_MIRROR = "http://deb.debian.org/debian"
 # against outside its own lib/ folder (libstdc++6 comes with minbase anyway).
 DEBIAN_PACKAGES = ("python3", "libstdc++6", "libgomp1")
 TORCH_REQUIREMENT = "torch==2.13.0"
-# vLLM 0.24.0 imports these on the way to the MoE oracle (vllm/utils/network_utils.py), but
-# requirements/vllm-runtime.txt misses them (a host venv gets them through the docker SDK).
-# Same pins as the dev venv; harmless duplicates once the requirements file lists them.
-EXTRA_REQUIREMENTS = ("requests==2.34.2", "urllib3==2.8.0")
 PYTHON_TAG = "3.11"  # bookworm's python3; wheels are selected for it, not for the host
 GLIBC_MINOR = 36  # bookworm ships glibc 2.36: any manylinux_2_<=36 x86_64 wheel runs there
 # pip (23.x) does not widen --platform by itself: list every manylinux tag the image accepts.
@@ -106,7 +102,7 @@ def _rootfs_fingerprint() -> str:
 
 
 def _site_fingerprint() -> str:
-    return _digest({"torch": TORCH_REQUIREMENT, "extra": EXTRA_REQUIREMENTS, "python": PYTHON_TAG,
+    return _digest({"torch": TORCH_REQUIREMENT, "python": PYTHON_TAG,
                     "platforms": WHEEL_PLATFORMS, "requirements": REQUIREMENTS_PATH.read_text(),
                     "vllm_wheel": WHEEL_SHA256, "layout": 2})
 
@@ -280,7 +276,7 @@ def _site_dir(cache_dir: Path, cache: Path, log: Log, timings: dict) -> Path:
         cmd = [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
                "--no-compile", "--no-warn-script-location", "--only-binary=:all:",
                "--python-version", PYTHON_TAG, "--implementation", "cp", *platforms,
-               "--target", str(target), TORCH_REQUIREMENT, *EXTRA_REQUIREMENTS,
+               "--target", str(target), TORCH_REQUIREMENT,
                "-r", str(REQUIREMENTS_PATH)]
         log(f"standin: pip install --target (torch + {REQUIREMENTS_PATH.name})")
         result = subprocess.run(cmd, capture_output=True, text=True)

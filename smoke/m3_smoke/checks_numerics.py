@@ -64,7 +64,8 @@ def check_numerics_vs_native(manifest: dict, mode: str) -> dict:
     arch = real_gpu_arch() if mode == "auto" else None
     m["device"] = arch or "cpu-emulation"
     if arch is not None and arch.startswith("gfx94"):
-        dev = numerics.block_fp8_device(prob, conv)
+        dev, cfg_lines = numerics.block_fp8_device(prob, conv)
+        m["device_moe_config"] = cfg_lines
         m["device_rel_err_vs_golden"] = numerics.rel_err(dev, gold)
         m["device_rel_err_vs_bf16"] = numerics.rel_err(dev, ref)
         m["device_vs_emulation"] = numerics.rel_err(dev, blk)

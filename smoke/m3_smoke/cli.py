@@ -100,6 +100,10 @@ def _record(args) -> int:
 
 
 def main(argv=None) -> int:
+    import os
+
+    # stdout carries only the PASS/FAIL lines; vLLM's own logging goes to stderr
+    os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
     args = _build_parser().parse_args(argv)
     if args.cmd == "run":
         return _run(args)

@@ -282,14 +282,29 @@ def block_fp8_emulated(prob: dict, conv: dict, fp8_dtype=torch.float8_e4m3fnuz) 
     return _moe(prob, gemm1, act, gemm2, lambda o: o.to(torch.float32).sum(1).to(torch.bfloat16))
 
 
-def block_fp8_device(prob: dict, conv: dict, device: str = "cuda") -> torch.Tensor:
-    """The real vLLM Triton block-FP8 fused-MoE kernel on the GPU."""
+def block_fp8_device(prob: dict, conv: dict, device: str = "cuda", pad_experts_to: int = 128):
+    """The real vLLM Triton block-FP8 fused-MoE kernel on the GPU.
+
+    The problem's experts are embedded in a ``pad_experts_to``-expert layer (the
+    rest zero and never routed to), so vLLM looks up the E=128,N=384 tuned table
+    exactly as for MiniMax-M3 at TP8. Returns (output, vLLM's config log lines).
+    """
     from vllm.model_executor.layers.fused_moe.activation import MoEActivation
     from vllm.model_executor.layers.fused_moe.config import fp8_w8a8_moe_quant_config
-    from vllm.model_executor.layers.fused_moe.fused_moe import fused_experts
+    from vllm.model_executor.layers.fused_moe.fused_moe import fused_experts, get_moe_configs
+
+    from m3_smoke.vllm_env import captured_vllm_log
 
     p = prob["params"]
-    d = {k: v.to(device) for k, v in conv.items()}
+    E = conv["w13"].shape[0]
+    total = max(E, pad_experts_to)
+
+    def padded(t):
+        out = torch.zeros((total, *t.shape[1:]), dtype=t.dtype, device=device)
+        out[:E].copy_(t.to(device))
+        return out
+
+    d = {k: padded(v) for k, v in conv.items()}
     qc = fp8_w8a8_moe_quant_config(
         w1_scale=d["w13_scale"],
         w2_scale=d["w2_scale"],
@@ -298,18 +313,21 @@ def block_fp8_device(prob: dict, conv: dict, device: str = "cuda") -> torch.Tens
         gemm1_beta=p["beta"],
         gemm1_clamp_limit=p["limit"],
     )
-    out = fused_experts(
-        prob["hidden"].to(device),
-        d["w13"],
-        d["w2"],
-        prob["topk_weights"].to(device),
-        prob["topk_ids"].to(device),
-        activation=MoEActivation.SWIGLUOAI_UNINTERLEAVE,
-        global_num_experts=prob["w13"].shape[0],
-        quant_config=qc,
-    )
-    torch.cuda.synchronize()
-    return out.cpu()
+    get_moe_configs.cache_clear()
+    with captured_vllm_log() as log:
+        out = fused_experts(
+            prob["hidden"].to(device),
+            d["w13"],
+            d["w2"],
+            prob["topk_weights"].to(device),
+            prob["topk_ids"].to(device),
+            activation=MoEActivation.SWIGLUOAI_UNINTERLEAVE,
+            global_num_experts=total,
+            quant_config=qc,
+        )
+        torch.cuda.synchronize()
+    cfg = [ln for ln in log if "configuration from" in ln or "default MoE config" in ln]
+    return out.cpu(), cfg
 
 
 def native_mxfp8_device(prob: dict, device: str = "cuda") -> torch.Tensor:

@@ -31,6 +31,30 @@ def real_gpu_arch() -> str | None:
         return None
 
 
+PRELOAD = (
+    "vllm.model_executor.layers.fused_moe",
+    "vllm.model_executor.layers.fused_moe.fused_moe",
+    "vllm.model_executor.layers.fused_moe.oracle.fp8",
+    "vllm.model_executor.layers.fused_moe.oracle.mxfp8",
+    "vllm.model_executor.layers.fused_moe.experts.triton_moe",
+    "vllm.model_executor.layers.fused_moe.experts.mxfp8_emulation_moe",
+    "vllm.model_executor.layers.fused_moe.experts.mxfp8_native_moe",
+    "vllm.model_executor.layers.quantization.modelopt",
+)
+
+
+def preload_vllm_modules() -> None:
+    """Import what the checks drive *before* mocking: vLLM decides some things at
+    import time (e.g. ``vllm.platforms.rocm`` probes the GPU when imported), which
+    must see the real platform, not the mock."""
+    import importlib
+
+    for name in PRELOAD:
+        importlib.import_module(name)
+    with contextlib.suppress(ImportError):
+        importlib.import_module(CONVERSION_MODULE)
+
+
 @contextlib.contextmanager
 def mocked_platform(arch: str, device_name: str = "AMD_Instinct_MI300X"):
     """Make vLLM's ``current_platform`` look like a ROCm ``arch`` device.
@@ -41,6 +65,7 @@ def mocked_platform(arch: str, device_name: str = "AMD_Instinct_MI300X"):
     from vllm.platforms import current_platform as cp
     from vllm.platforms.interface import DeviceCapability
 
+    preload_vllm_modules()
     spec = ARCHES[arch]
     fp8 = torch.float8_e4m3fnuz if spec["fnuz"] else torch.float8_e4m3fn
     cap = DeviceCapability(*spec["cap"])

@@ -191,6 +191,7 @@ class ThrowawayRegistry:
 
     def __init__(self, root: Path):
         self.root = root
+        root.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
         self.address = f"127.0.0.1:{self.port}"
         self.config = root / "config.yml"
@@ -223,7 +224,6 @@ def throwaway_registry(tmp_path):
     if shutil.which("docker-registry") is None:
         pytest.fail("docker-registry not installed (apt-get install docker-registry)", pytrace=False)
     reg = ThrowawayRegistry(tmp_path / "registry")
-    reg.root.mkdir()
     reg.start()
     yield reg
     reg.kill()

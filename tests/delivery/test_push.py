@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import os
 import threading
 import time
@@ -11,6 +12,7 @@ import pytest
 from builder.delivery import TagConflict, publish, remote_image
 from builder.engine import check_stream
 from builder.errors import EngineError, RegistryError
+from builder.log import StepLog
 
 from .conftest import SESSION, build_image, builder_cli, free_port, quiet_log
 
@@ -144,26 +146,14 @@ def test_registry_down_mid_push_loses_nothing(engine, docker_client, tmp_path, t
     outcome: dict = {}
     pushing = threading.Event()
 
-    def progress(line: str) -> None:
-        if "Pushing" in line:
-            pushing.set()
-
-    class Log:
-        def __init__(self):
-            self.lines = []
-
-        def step(self, title):
-            import contextlib
-            return contextlib.nullcontext()
-
-        def info(self, text):
-            self.lines.append(text)
-
-        progress = staticmethod(progress)
+    class WatchingLog(StepLog):
+        def progress(self, text: str) -> None:
+            if "Pushing" in text:
+                pushing.set()
 
     def run():
         try:
-            outcome["result"] = publish(engine, repository, "v2", ["latest", "stable"], big, Log())
+            outcome["result"] = publish(engine, repository, "v2", ["latest", "stable"], big, WatchingLog(stream=io.StringIO()))
         except Exception as exc:  # noqa: BLE001
             outcome["error"] = exc
 

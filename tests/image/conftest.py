@@ -50,9 +50,14 @@ def second_engine(tmp_path_factory):
     """A fresh dockerd with its own empty data root: a clean engine for reproducibility checks."""
     root = Path(tmp_path_factory.mktemp("engine"))
     sock = root / "docker.sock"
+    # Its own bridge: with `--bridge none` dockerd tears down the host's docker0, which the
+    # main engine needs. No container runs in this engine, so the bridge carries no traffic.
+    bridge = f"m3e2e{os.getpid() % 10000}"
+    subprocess.run(["ip", "link", "add", bridge, "type", "bridge"], check=True, capture_output=True)
+    subprocess.run(["ip", "addr", "add", "172.31.254.1/24", "dev", bridge], check=True, capture_output=True)
     proc = subprocess.Popen(
         ["dockerd", "--data-root", str(root / "data"), "--exec-root", str(root / "exec"),
-         "--pidfile", str(root / "docker.pid"), "--host", f"unix://{sock}", "--bridge", "none",
+         "--pidfile", str(root / "docker.pid"), "--host", f"unix://{sock}", "--bridge", bridge,
          "--iptables=false", "--ip-masq=false", "--storage-driver", "overlay2"],
         stdout=(root / "dockerd.log").open("w"), stderr=subprocess.STDOUT)
     client = None
@@ -76,4 +81,5 @@ def second_engine(tmp_path_factory):
         except subprocess.TimeoutExpired:
             proc.kill()
         subprocess.run(["umount", "-R", str(root / "data")], capture_output=True)
+        subprocess.run(["ip", "link", "delete", bridge], capture_output=True)
         shutil.rmtree(root, ignore_errors=True)

@@ -128,8 +128,8 @@ def test_drifted_input_is_refused_with_a_diff(locked_project, tmp_path, builder_
     finally:
         patch.write_bytes(original)
     assert result.returncode == 2
-    first = result.stderr.splitlines()[0]
-    assert first.startswith("error: ") and "locks/standin.lock.yaml" in first and "drifted" in first
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and "locks/standin.lock.yaml" in errors[0] and "drifted" in errors[0]
     assert re.search(r"^\s+-inputs\.patches\[0\]\.sha256: ", result.stderr, re.M)
     assert re.search(r"^\s+\+inputs\.patches\[0\]\.sha256: ", result.stderr, re.M)
 

@@ -46,10 +46,13 @@ def test_pushed_digest_is_the_registry_manifest_digest(standin_base, registry):
 
 def test_system_python_imports_the_vllm_moe_oracle(docker_client, standin_base):
     script = ("import vllm.model_executor.layers.fused_moe.oracle.mxfp8 as m, sys; "
-              "print(m.__file__); print(sys.executable)")
+              "print('M3', m.__file__, sys.executable)")
     output = docker_client.containers.run(standin_base.reference, [standin_base.python, "-c", script],
                                           remove=True, network_disabled=True, stderr=False)
-    module_file, executable = output.decode().split()
+    # vLLM logs to stdout as well: keep only our line.
+    ours = [line.split()[1:] for line in output.decode().splitlines() if line.startswith("M3 ")]
+    assert len(ours) == 1, output.decode()
+    module_file, executable = ours[0]
     assert module_file == f"{VLLM_ROOT}/{ORACLE}"
     assert executable == standin_base.python
     assert standin_base.vllm_root == VLLM_ROOT

@@ -1,0 +1,133 @@
+"""Helpers for the smoke-suite tests: a patched host vLLM tree with the tuned tables,
+its manifest, variants broken on purpose, and a runner for ``python -m m3_smoke``.
+
+The patched tree is the pristine vLLM 0.24.0 sources (build/cache, from the
+stand-in's wheel) with ``patches/series`` applied by GNU patch exactly as the builder
+does. If the series is still empty, the stand-in patch in fixtures/ (same contract)
+is applied instead, so the suite itself stays testable.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SMOKE = REPO / "smoke"
+PRISTINE_SITE = REPO / "build" / "cache" / "vllm-0.24.0" / "site"
+TUNING_DATA = Path("/work/shared/data/mi300x-tuning")
+TABLES = {
+    "E=128,N=384,device_name=AMD_Instinct_MI300X,dtype=fp8_w8a8,block_shape=[128,128].json": "v1753",
+    "E=16,N=3072,device_name=AMD_Instinct_MI300X,dtype=fp8_w8a8,block_shape=[128,128].json": "v1782",
+}
+CONFIGS = "model_executor/layers/fused_moe/configs"
+GOLDEN = SMOKE / "golden" / "m3_moe_native_mxfp8.json"
+STANDIN_PATCH = Path(__file__).parent / "fixtures" / "standin-mxfp8-block-fp8.patch"
+
+sys.path.insert(0, str(SMOKE))
+
+
+def series_patches() -> list[Path]:
+    series = REPO / "patches" / "series"
+    if not series.is_file():
+        return []
+    names = [ln.split("#", 1)[0].strip() for ln in series.read_text().splitlines()]
+    return [REPO / "patches" / n for n in names if n]
+
+
+def apply_patch(site: Path, patch: Path) -> None:
+    res = subprocess.run(
+        ["patch", "-p1", "--forward", "--fuzz=0", "--batch", "--no-backup-if-mismatch",
+         "-d", str(site), "-i", str(patch)],
+        capture_output=True, text=True,
+    )
+    if res.returncode != 0:
+        pytest.fail(f"{patch.name} does not apply: {res.stdout[-500:]}{res.stderr[-500:]}", pytrace=False)
+
+
+def patched_files_of(patches: list[Path]) -> list[str]:
+    """Files the patches touch, relative to the vllm/ root."""
+    out: list[str] = []
+    for p in patches:
+        for line in p.read_text().splitlines():
+            if line.startswith("+++ "):
+                path = line[4:].split("\t")[0].strip()
+                rel = path.split("/", 1)[1]  # strip b/
+                rel = rel[len("vllm/"):] if rel.startswith("vllm/") else rel
+                if rel not in out:
+                    out.append(rel)
+    return out
+
+
+@dataclass
+class Tree:
+    site: Path  # parent of vllm/: goes on PYTHONPATH
+    patched: list[str]
+    tables: list[str]
+    manifest: Path
+
+    @property
+    def vllm(self) -> Path:
+        return self.site / "vllm"
+
+    def write_manifest(self, **overrides) -> Path:
+        from m3_smoke.manifest import build_manifest
+
+        m = build_manifest(self.vllm, [p for p in self.patched if (self.vllm / p).exists()],
+                           self.tables, GOLDEN)
+        m.update(overrides)
+        self.manifest.write_text(json.dumps(m, indent=1))
+        return self.manifest
+
+
+def install_tables(vllm: Path) -> list[str]:
+    for name, version in TABLES.items():
+        shutil.copyfile(TUNING_DATA / version / name, vllm / CONFIGS / name)
+    return list(TABLES)
+
+
+def replace_file(path: Path, text: str) -> None:
+    """Write a new inode (the variant trees share inodes with the patched tree)."""
+    path.unlink()
+    path.write_text(text)
+
+
+@dataclass
+class SuiteRun:
+    rc: int
+    stdout: str
+    stderr: str
+    report: dict
+    report_dir: Path
+
+    @property
+    def failed(self) -> list[str]:
+        return self.report.get("failed_checks", [])
+
+    def check(self, name: str) -> dict:
+        return next(c for c in self.report["checks"] if c["name"] == name)
+
+    def lines(self) -> list[str]:
+        return [ln for ln in self.stdout.splitlines() if ln.startswith(("PASS ", "FAIL "))]
+
+
+def run_suite(tree: Tree, report_dir: Path, *, checks=None, platform="mock", manifest=None) -> SuiteRun:
+    env = {**os.environ, "PYTHONPATH": f"{tree.site}:{SMOKE}", "VLLM_LOGGING_LEVEL": "WARNING"}
+    env.pop("VLLM_TUNED_CONFIG_FOLDER", None)
+    cmd = [sys.executable, "-m", "m3_smoke", "run", "--manifest", str(manifest or tree.manifest),
+           "--report-dir", str(report_dir), "--platform", platform]
+    if checks:
+        cmd += ["--checks", ",".join(checks)]
+    res = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900, cwd=str(report_dir.parent))
+    rj = report_dir / "report.json"
+    report = json.loads(rj.read_text()) if rj.is_file() else {}
+    return SuiteRun(res.returncode, res.stdout, res.stderr, report, report_dir)
+
+
