@@ -18,7 +18,8 @@ $(VENV)/.installed: pyproject.toml requirements/vllm-runtime.txt
 	$(VENV)/bin/pip install --quiet -e '.[test]' -r requirements/vllm-runtime.txt
 	touch $@
 
-services:            ## start dockerd and the local registries (root; idempotent)
+services:            ## install the Debian packages, start dockerd and the local registries (root; idempotent)
+	bash scripts/install-packages.sh
 	bash scripts/start-dockerd.sh
 	bash scripts/start-registry.sh
 

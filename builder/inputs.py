@@ -18,18 +18,18 @@ SMOKE_DIR = PROJECT_DIR / "smoke"
 CONFIGS_DIR = "model_executor/layers/fused_moe/configs"     # where vLLM looks tables up
 
 
-def _python_files(root: Path) -> list[Path]:
+def _source_files(root: Path) -> list[Path]:
     return sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts
                   and p.suffix in (".py", ".json", ".pt", ".npz", ".j2", ".txt"))
 
 
 def builder_digest() -> str:
     """sha256 over the builder's own sources: a change to the builder is a change of input."""
-    return tree_digest(PACKAGE_DIR, [p for p in _python_files(PACKAGE_DIR) if p.suffix == ".py"])
+    return tree_digest(PACKAGE_DIR, [p for p in _source_files(PACKAGE_DIR) if p.suffix == ".py"])
 
 
 def smoke_files() -> list[Path]:
-    return _python_files(SMOKE_DIR) if SMOKE_DIR.is_dir() else []
+    return _source_files(SMOKE_DIR) if SMOKE_DIR.is_dir() else []
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from builder.lock import compute_lock, content_tag, inputs_section, lock_inputs,
 from builder.log import StepLog
 from builder.provenance import image_labels
 from builder.spec import Target, load_spec
-from builder.tree import prepare_tree
+from builder.tree import PatchedTree, prepare_tree
 
 BUILD_DIR = PROJECT_DIR / "build"
 
@@ -49,7 +49,8 @@ def check_inputs_against_lock(target: Target) -> Locked:
     return Locked(inputs=inputs, lock=locked)
 
 
-def resolve_and_patch(engine: Engine, inputs: Inputs, log: StepLog, workdir: Path) -> tuple[ResolvedBase, dict, object]:
+def resolve_and_patch(engine: Engine, inputs: Inputs, log: StepLog,
+                      workdir: Path) -> tuple[ResolvedBase, dict, PatchedTree]:
     """Resolve the base, make sure the engine has it, patch its files: returns (base, lock, tree)."""
     target = inputs.target
     with log.step(f"resolve base {target.base.reference}"):
