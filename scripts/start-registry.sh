@@ -2,8 +2,9 @@
 # Start the two local registries tests and the demo use (idempotent: leaves running ones alone).
 #   plain: 127.0.0.1:5000, no auth          data: $M3_REGISTRY_ROOT/plain
 #   auth:  127.0.0.1:5001, htpasswd (m3ci)  data: $M3_REGISTRY_ROOT/auth
-# Credentials for the auth registry go to build/ci/registry-auth.env (KEY=value lines);
-# configs, pid files and logs go to build/ci/ as well.
+# The auth registry's credentials (KEY=value lines) and htpasswd live beside its data, in
+# $M3_REGISTRY_ROOT (machine-wide, so every checkout talks to the same registry with the same
+# password); configs, pid files and logs go to build/ci/.
 # Usage: scripts/start-registry.sh [plain|auth|all]   (default: all)
 set -euo pipefail
 
@@ -12,7 +13,8 @@ repo=$(dirname "$here")
 which=${1:-all}
 root=${M3_REGISTRY_ROOT:-/var/lib/m3-registry}
 state=${M3_CI_DIR:-$repo/build/ci}
-auth_env=$state/registry-auth.env
+auth_env=$root/auth-credentials.env
+htpasswd_file=$root/auth.htpasswd
 user=m3ci
 
 die() { echo "start-registry: $*" >&2; exit 1; }
@@ -52,7 +54,7 @@ start_one() {  # name port expected-status
     command -v docker-registry >/dev/null || die "docker-registry not found: apt-get install docker-registry"
     mkdir -p "$root/$name" "$state"
     local config=$state/registry-$name.yml
-    sed -e "s|@ROOT@|$root|g" -e "s|@SECRET@|$(random_token)|g" -e "s|@HTPASSWD@|$state/registry-auth.htpasswd|g" \
+    sed -e "s|@ROOT@|$root|g" -e "s|@SECRET@|$(random_token)|g" -e "s|@HTPASSWD@|$htpasswd_file|g" \
         "$here/registry/$name.yml.in" > "$config"
     setsid nohup docker-registry serve "$config" >>"$state/registry-$name.log" 2>&1 < /dev/null &
     echo $! > "$state/registry-$name.pid"
@@ -66,7 +68,7 @@ start_one() {  # name port expected-status
 }
 
 start_auth() {
-    mkdir -p "$state"
+    mkdir -p "$state" "$root"
     if [[ $(probe 5001) == 401 && -s $auth_env ]]; then
         echo "start-registry: auth registry already up on 127.0.0.1:5001 (credentials: $auth_env)"
         return 0
@@ -77,11 +79,11 @@ start_auth() {
         umask 077
         printf 'M3_AUTH_REGISTRY=127.0.0.1:5001\nM3_AUTH_REGISTRY_USER=%s\nM3_AUTH_REGISTRY_PASSWORD=%s\n' \
             "$user" "$password" > "$auth_env"
-        bcrypt_line "$user" "$password" > "$state/registry-auth.htpasswd"
+        bcrypt_line "$user" "$password" > "$htpasswd_file"
         umask 022
-    elif [[ ! -s $state/registry-auth.htpasswd ]]; then
+    elif [[ ! -s $htpasswd_file ]]; then
         # shellcheck disable=SC1090
-        bcrypt_line "$user" "$(. "$auth_env"; echo "$M3_AUTH_REGISTRY_PASSWORD")" > "$state/registry-auth.htpasswd"
+        bcrypt_line "$user" "$(. "$auth_env"; echo "$M3_AUTH_REGISTRY_PASSWORD")" > "$htpasswd_file"
     fi
     start_one auth 5001 401
 }

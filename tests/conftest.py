@@ -16,7 +16,7 @@ import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CACHE_DIR = REPO_ROOT / "build" / "cache"
-AUTH_ENV = REPO_ROOT / "build" / "ci" / "registry-auth.env"
+AUTH_ENV = Path(os.environ.get("M3_REGISTRY_ROOT", "/var/lib/m3-registry")) / "auth-credentials.env"
 PLAIN_REGISTRY = "127.0.0.1:5000"
 
 

@@ -13,28 +13,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from m3_smoke_testlib import (  # noqa: E402
     replace_file,
-    PRISTINE_SITE,
-    STANDIN_PATCH,
     Tree,
-    apply_patch,
+    apply_series,
+    ensure_pristine_site,
     install_tables,
-    patched_files_of,
     run_suite,
-    series_patches,
 )
 
 
 @pytest.fixture(scope="session")
 def patched_tree(tmp_path_factory) -> Tree:
-    if not (PRISTINE_SITE / "vllm").is_dir():
-        pytest.fail(f"{PRISTINE_SITE}/vllm missing: build the stand-in sources first", pytrace=False)
+    pristine = ensure_pristine_site()
     root = tmp_path_factory.mktemp("patched")
     site = root / "site"
-    shutil.copytree(PRISTINE_SITE / "vllm", site / "vllm", ignore=shutil.ignore_patterns("__pycache__"))
-    patches = series_patches() or [STANDIN_PATCH]
-    for p in patches:
-        apply_patch(site, p)
-    tree = Tree(site, patched_files_of(patches), install_tables(site / "vllm"), root / "manifest.json")
+    shutil.copytree(pristine / "vllm", site / "vllm", ignore=shutil.ignore_patterns("__pycache__"))
+    tree = Tree(site, apply_series(site), install_tables(site / "vllm"), root / "manifest.json")
     tree.write_manifest()
     return tree
 

@@ -21,49 +21,33 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 SMOKE = REPO / "smoke"
-PRISTINE_SITE = REPO / "build" / "cache" / "vllm-0.24.0" / "site"
-TUNING_DATA = Path("/work/shared/data/mi300x-tuning")
-TABLES = {
-    "E=128,N=384,device_name=AMD_Instinct_MI300X,dtype=fp8_w8a8,block_shape=[128,128].json": "v1753",
-    "E=16,N=3072,device_name=AMD_Instinct_MI300X,dtype=fp8_w8a8,block_shape=[128,128].json": "v1782",
-}
+PRISTINE_SITE = REPO / "build" / "cache" / "vllm-0.24.0" / "site"   # filled by ensure_pristine_site()
+TUNING = REPO / "tuning"          # the project's tables (byte copies of shared/, see tests/tuning)
+TABLES = [
+    "E=128,N=384,device_name=AMD_Instinct_MI300X,dtype=fp8_w8a8,block_shape=[128,128].json",
+    "E=16,N=3072,device_name=AMD_Instinct_MI300X,dtype=fp8_w8a8,block_shape=[128,128].json",
+]
 CONFIGS = "model_executor/layers/fused_moe/configs"
 GOLDEN = SMOKE / "golden" / "m3_moe_native_mxfp8.json"
-STANDIN_PATCH = Path(__file__).parent / "fixtures" / "standin-mxfp8-block-fp8.patch"
 
 sys.path.insert(0, str(SMOKE))
 
 
-def series_patches() -> list[Path]:
-    series = REPO / "patches" / "series"
-    if not series.is_file():
-        return []
-    names = [ln.split("#", 1)[0].strip() for ln in series.read_text().splitlines()]
-    return [REPO / "patches" / n for n in names if n]
+def ensure_pristine_site() -> Path:
+    """The pinned vLLM 0.24.0 wheel's sources (downloaded from PyPI once, then cached)."""
+    from builder.standin.vllm_sources import vllm_site
+
+    assert vllm_site(REPO / "build" / "cache") == PRISTINE_SITE
+    return PRISTINE_SITE
 
 
-def apply_patch(site: Path, patch: Path) -> None:
-    res = subprocess.run(
-        ["patch", "-p1", "--forward", "--fuzz=0", "--batch", "--no-backup-if-mismatch",
-         "-d", str(site), "-i", str(patch)],
-        capture_output=True, text=True,
-    )
-    if res.returncode != 0:
-        pytest.fail(f"{patch.name} does not apply: {res.stdout[-500:]}{res.stderr[-500:]}", pytrace=False)
+def apply_series(site: Path) -> list[str]:
+    """Apply patches/series with the builder's own patch stack; files touched, under vllm/."""
+    from builder.patchstack import apply_stack, load_series, touched_files
 
-
-def patched_files_of(patches: list[Path]) -> list[str]:
-    """Files the patches touch, relative to the vllm/ root."""
-    out: list[str] = []
-    for p in patches:
-        for line in p.read_text().splitlines():
-            if line.startswith("+++ "):
-                path = line[4:].split("\t")[0].strip()
-                rel = path.split("/", 1)[1]  # strip b/
-                rel = rel[len("vllm/"):] if rel.startswith("vllm/") else rel
-                if rel not in out:
-                    out.append(rel)
-    return out
+    patches = load_series(REPO / "patches" / "series")
+    apply_stack(patches, site)
+    return [rel.split("/", 1)[1] for rel in touched_files(patches)]
 
 
 @dataclass
@@ -88,8 +72,8 @@ class Tree:
 
 
 def install_tables(vllm: Path) -> list[str]:
-    for name, version in TABLES.items():
-        shutil.copyfile(TUNING_DATA / version / name, vllm / CONFIGS / name)
+    for name in TABLES:
+        shutil.copyfile(TUNING / name, vllm / CONFIGS / name)
     return list(TABLES)
 
 

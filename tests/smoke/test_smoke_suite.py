@@ -181,12 +181,12 @@ def test_stale_table_content_fails_tables_lookup(variant, suite):
         shutil.copyfile(PRISTINE_SITE / "vllm" / CONFIGS / E128, t.vllm / CONFIGS / E128)
 
     tree = variant(stale)
-    from m3_smoke_testlib import TABLES, TUNING_DATA
+    from m3_smoke_testlib import TUNING
     import hashlib
     import json
 
     m = json.loads(tree.manifest.read_text())
-    tuned = hashlib.sha256((TUNING_DATA / TABLES[E128] / E128).read_bytes()).hexdigest()
+    tuned = hashlib.sha256((TUNING / E128).read_bytes()).hexdigest()
     for t in m["tables"]:
         if t["file"] == E128:
             t["sha256"] = tuned  # the builder recorded the tuned table's digest
@@ -201,10 +201,10 @@ def test_unpatched_tree_fails_by_name(tmp_path, suite):
     selected on gfx942 and there is no conversion module."""
     import shutil
 
-    from m3_smoke_testlib import PRISTINE_SITE, Tree, install_tables
+    from m3_smoke_testlib import Tree, ensure_pristine_site, install_tables
 
     site = tmp_path / "site"
-    shutil.copytree(PRISTINE_SITE / "vllm", site / "vllm", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(ensure_pristine_site() / "vllm", site / "vllm", ignore=shutil.ignore_patterns("__pycache__"))
     tree = Tree(site, [ORACLE, MODELOPT], install_tables(site / "vllm"), tmp_path / "manifest.json")
     tree.write_manifest()
     run = suite(tree)
