@@ -14,6 +14,12 @@ amax/240 FNUZ).
   python bench/bench_convert.py --device cpu                 # E=16, small default
   python bench/bench_convert.py --device cuda --experts 128 16
   python bench/bench_convert.py --device cuda --sweep   # + launch-config sweep
+
+On CUDA every shape also reports the kernel-only time (CUDA events around
+back-to-back launches of the kernel, no allocation, no flag read-back) next
+to the whole-call wall time, and the fixed per-call cost measured on a tiny
+[1,128,128] input (whole call synchronized per call, and back-to-back
+launches: the host-side cost of one Triton launch).
 """
 
 from __future__ import annotations
@@ -181,6 +187,68 @@ SWEEP = [dict(sub=128, num_warps=4, hw_fp8=True, stream=False),
          dict(sub=64, num_warps=4, hw_fp8=False, stream=False)]
 
 
+def launch_kernel(conv, w, s, out, osc, dt, flag, block=128):
+    """Launch the module's Triton kernel alone (no allocation, no read-back),
+    with the arguments ``_convert_triton`` passes.  Uses the module's own
+    ``_launch_triton`` where it has one."""
+    if hasattr(conv, "_launch_triton"):
+        return conv._launch_triton(w, s, out, osc, dt, block, flag)
+    kernel = conv._get_triton_kernel()
+    E, N, K = w.shape
+    NT, KT = -(-N // block), -(-K // block)
+    cfg = conv._TRITON_CFG
+    hw = cfg["hw_fp8"]
+    if hw is None:
+        hw = torch.version.hip is None
+    fnuz_cast = (not hw) and dt == FNUZ
+    kernel[(E * NT, KT)](
+        w.view(torch.uint8), s, out.view(torch.uint8), osc, flag,
+        N, K, K // 32, NT, KT,
+        FNUZ=dt == FNUZ, BLOCK=block, GPT=block // 32, SUB=min(cfg["sub"], block),
+        HW_FP8=hw, FNUZ_CAST=fnuz_cast,
+        MUL_OFF=(0 if hw else 8) - (1 if fnuz_cast else 0),
+        EVEN=(N % block == 0) and (K % block == 0),
+        EVICT="evict_first" if cfg["stream"] else "",
+        STORE_CM=".cs" if cfg["stream"] else "",
+        num_warps=cfg["num_warps"],
+    )
+
+
+def time_kernel(conv, w, s, dt, iters):
+    """Kernel-only seconds per conversion: CUDA events around ``iters``
+    back-to-back launches (outputs preallocated, flag word not read)."""
+    E, N, K = w.shape
+    out = torch.empty(E, N, K, dtype=dt, device=w.device)
+    osc = torch.empty(E, -(-N // 128), -(-K // 128), dtype=torch.float32, device=w.device)
+    flag = torch.zeros(1, dtype=torch.int32, device=w.device)
+    launch_kernel(conv, w, s, out, osc, dt, flag)
+    torch.cuda.synchronize()
+    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    e0.record()
+    for _ in range(iters):
+        launch_kernel(conv, w, s, out, osc, dt, flag)
+    e1.record()
+    torch.cuda.synchronize()
+    return e0.elapsed_time(e1) / iters / 1e3
+
+
+def fixed_cost(conv, dev, iters=300):
+    """Per-call fixed cost on a tiny [1,128,128] input (kernel ~us): whole
+    call, synchronized each time ("call"), and back-to-back kernel launches
+    ("launch": the host-side cost of one Triton launch, as the GPU idles)."""
+    w = torch.zeros(1, 128, 128, dtype=torch.uint8, device=dev).view(FN)
+    s = torch.full((1, 128, 4), 127, dtype=torch.uint8, device=dev)
+    for _ in range(20):
+        conv.convert_mxfp8_to_block_fp8(w, s, fp8_dtype=FNUZ, impl="triton")
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        conv.convert_mxfp8_to_block_fp8(w, s, fp8_dtype=FNUZ, impl="triton")
+        torch.cuda.synchronize()
+    return {"call": (time.perf_counter() - t0) / iters,
+            "launch": time_kernel(conv, w, s, FNUZ, iters)}
+
+
 def time_convert(conv, w, s, dt, iters, dev):
     q, sc = conv.convert_mxfp8_to_block_fp8(w, s, fp8_dtype=dt, impl="triton")
     del q, sc
@@ -209,9 +277,11 @@ def bench_shape(conv, E, N, K, dev, args, label):
             conv._TRITON_CFG.update(cfg)
             try:
                 t, tg = time_convert(conv, w, s, FNUZ, args.iters, dev)
+                tk = time_kernel(conv, w, s, FNUZ, args.iters)
                 bad, _ = triton_vs_torch(conv, dev)
                 row = dict(cfg, GBps=round(nbytes / t / 1e9, 1),
-                           GBps_events=round(nbytes / tg / 1e9, 1), mismatches=bad)
+                           GBps_events=round(nbytes / tg / 1e9, 1),
+                           GBps_kernel=round(nbytes / tk / 1e9, 1), mismatches=bad)
             except Exception as exc:  # compile errors etc.
                 row = dict(cfg, error=str(exc)[-300:])
             res["sweep"].append(row)
@@ -246,6 +316,12 @@ def bench_shape(conv, E, N, K, dev, args, label):
         name = "fnuz" if dt == FNUZ else "fn"
         res[name] = {"seconds": dt_s, "GBps": nbytes / dt_s / 1e9,
                      "peak_extra_MiB": peak_extra / 2**20, "mem_note": mem_note}
+        if dev.type == "cuda" and args.impl != "torch":
+            try:
+                tk = time_kernel(conv, w, s, dt, args.iters)
+                res[name].update(kernel_seconds=tk, kernel_GBps=nbytes / tk / 1e9)
+            except Exception as exc:
+                res[name]["kernel_error"] = str(exc)[-300:]
         del q, sc
     if dev.type == "cuda":
         # Triton kernel vs torch path: bit-exact on a slice of experts.
@@ -316,6 +392,14 @@ def main():
         report["exhaustive_mismatches"] = bad
         print(f"Triton vs torch path, all 256 bytes x shifts 0..254 + ragged random "
               f"data ({n} bytes, FN and FNUZ): {bad} mismatching bytes/scales", flush=True)
+        try:
+            fc = fixed_cost(conv, dev)
+            report["fixed_cost_s"] = fc
+            print(f"fixed per-call cost, tiny [1,128,128] input: whole call "
+                  f"{fc['call']*1e6:.1f} us; back-to-back launches "
+                  f"{fc['launch']*1e6:.1f} us each", flush=True)
+        except Exception as exc:
+            print(f"fixed per-call cost: FAILED: {exc}", flush=True)
     report["results"] = []
     for E in args.experts:
         for label, N, K in (("w13", 2 * I, H), ("w2", H, I)):
@@ -325,7 +409,10 @@ def main():
                 x = r[name]
                 print(f"E={E:4d} {label} [{E},{N},{K}] -> {name:4s}: {x['seconds']*1e3:9.2f} ms"
                       f"  {x['GBps']:8.1f} GB/s  {x['GBps']/report['copy_GBps']*100:5.1f}% of copy"
-                      f"  peak extra {x['peak_extra_MiB']:.1f} MiB")
+                      f"  peak extra {x['peak_extra_MiB']:.1f} MiB"
+                  + (f"  | kernel only {x['kernel_seconds']*1e3:.3f} ms "
+                     f"{x['kernel_GBps']/report['copy_GBps']*100:5.1f}%"
+                     if "kernel_seconds" in x else ""))
             if cuda:
                 print(f"    auto impl={r['auto_impl']} mismatches vs torch path "
                       f"(first {min(E, args.check_experts)} experts): "

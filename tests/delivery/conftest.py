@@ -169,6 +169,14 @@ def auth_built(auth_project, engine, auth_registry, tmp_path_factory):
     return image_id, result, env
 
 
+def one_error_line(result) -> str:
+    """The single `error: ...` line of a failed builder run (exit status 2)."""
+    lines = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert result.returncode == 2, result.stderr
+    assert len(lines) == 1, result.stderr
+    return lines[0]
+
+
 # -- throwaway registries -------------------------------------------------------------------------------
 def free_port() -> int:
     with socket.socket() as s:

@@ -11,16 +11,9 @@ import pytest
 
 from builder.delivery import remote_image
 
-from .conftest import PLANTED_SECRET, builder_cli, write_docker_config
+from .conftest import PLANTED_SECRET, builder_cli, write_docker_config, one_error_line
 
 pytestmark = [pytest.mark.docker, pytest.mark.registry]
-
-
-def one_error_line(result) -> str:
-    lines = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
-    assert result.returncode == 2, result.stderr
-    assert len(lines) == 1, result.stderr
-    return lines[0]
 
 
 def test_wrong_password_is_one_line_and_pushes_nothing(auth_project, auth_built, auth_registry, tmp_path,

@@ -14,16 +14,9 @@ from builder.engine import check_stream
 from builder.errors import EngineError, RegistryError
 from builder.log import StepLog
 
-from .conftest import SESSION, build_image, builder_cli, free_port, quiet_log
+from .conftest import SESSION, build_image, builder_cli, free_port, quiet_log, one_error_line
 
 pytestmark = [pytest.mark.docker, pytest.mark.registry]
-
-
-def one_error_line(result) -> str:
-    lines = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
-    assert result.returncode == 2, result.stderr
-    assert len(lines) == 1, result.stderr
-    return lines[0]
 
 
 def test_push_reports_the_digest_the_registry_holds(plain_project, plain_image, plain_pushed):

@@ -9,17 +9,10 @@ import pytest
 from builder.delivery import remote_image
 from builder.lock import content_digest
 
-from .conftest import build_image, builder_cli
+from .conftest import build_image, builder_cli, one_error_line
 
 pytestmark = [pytest.mark.docker, pytest.mark.registry]
 MXFP8 = "model_executor/layers/fused_moe/oracle/mxfp8.py"
-
-
-def one_error_line(result) -> str:
-    lines = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
-    assert result.returncode == 2, result.stderr
-    assert len(lines) == 1, result.stderr
-    return lines[0]
 
 
 def test_verify_accepts_the_real_image(plain_project, plain_image):
