@@ -107,7 +107,6 @@ def mx_weights(E, N, K, dev, seed):
 def rel_errors(conv, w, s, n_exp, dev):
     """Relative Frobenius error of dequant(block) vs dequant(MXFP8) per rule,
     over the first n_exp experts (float64)."""
-    out = {}
     rules = {
         "pow2 FN (default)": (FN, "pow2"),
         "pow2 FNUZ (default)": (FNUZ, "pow2"),

@@ -13,7 +13,7 @@ import re
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import BinaryIO, Callable, Iterable
 
 import docker
 from docker import errors as docker_errors
@@ -67,6 +67,13 @@ def check_stream(chunks: Iterable[dict], what: str, progress: ProgressFn | None 
 class FileEntry:
     data: bytes
     mode: int
+
+
+@dataclass(frozen=True)
+class RunResult:
+    exit_code: int
+    output: str                 # stdout and stderr, interleaved
+    files: dict[str, bytes]     # the collected files that existed
 
 
 class Engine:
@@ -145,19 +152,46 @@ class Engine:
         try:
             found: dict[str, FileEntry | None] = {}
             for path in paths:
-                try:
-                    stream, _stat = self.api.get_archive(container, path)
-                except docker_errors.NotFound:
-                    found[path] = None
-                    continue
-                data = b"".join(stream)
-                with tarfile.open(fileobj=io.BytesIO(data)) as archive:
-                    member = archive.next()
-                    if member is None or not member.isfile():
-                        kind = "a symlink" if member is not None and member.issym() else "not a regular file"
-                        raise EngineError(f"{image}: {path} is {kind}; refusing to patch it")
-                    found[path] = FileEntry(data=archive.extractfile(member).read(), mode=member.mode)
+                found[path] = self._read_file(container, path, image)
             return found
+        finally:
+            self.api.remove_container(container, force=True)
+
+    def _read_file(self, container: str, path: str, image: str) -> FileEntry | None:
+        try:
+            stream, _stat = self.api.get_archive(container, path)
+        except docker_errors.NotFound:
+            return None
+        with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as archive:
+            member = archive.next()
+            if member is None or not member.isfile():
+                kind = "a symlink" if member is not None and member.issym() else "not a regular file"
+                raise EngineError(f"{image}: {path} is {kind}; refusing to read it")
+            return FileEntry(data=archive.extractfile(member).read(), mode=member.mode)
+
+    def run(self, image: str, command: list[str], *, collect: list[str], timeout_s: int,
+            environment: dict[str, str] | None = None, **host_options) -> RunResult:
+        """Run ``command`` in a fresh container (no network), wait, and read ``collect`` files
+        out of it with the archive API; the container is always removed."""
+        try:
+            container = self.api.create_container(
+                image, command=command, environment=environment or {}, network_disabled=True,
+                host_config=self.api.create_host_config(**host_options))["Id"]
+        except docker_errors.ImageNotFound:
+            raise EngineError(f"{image}: no such image in the engine") from None
+        except docker_errors.APIError as exc:
+            raise EngineError(f"run {image}: {_friendly(exc.explanation or str(exc))}") from None
+        try:
+            self.api.start(container)
+            try:
+                status = self.api.wait(container, timeout=timeout_s)
+            except Exception as exc:            # requests' ReadTimeout / ConnectionError
+                self.api.kill(container)
+                raise EngineError(f"run {image}: did not finish within {timeout_s}s ({type(exc).__name__})") from None
+            output = self.api.logs(container, stdout=True, stderr=True).decode("utf-8", "replace")
+            files = {path: self._read_file(container, path, image) for path in collect}
+            return RunResult(exit_code=int(status.get("StatusCode", -1)), output=output,
+                             files={k: v.data for k, v in files.items() if v is not None})
         finally:
             self.api.remove_container(container, force=True)
 
@@ -170,10 +204,14 @@ class Engine:
             raise EngineError(f"create container from {image}: {_friendly(exc.explanation or str(exc))}") from None
 
     # -- build, save, load ----------------------------------------------------------------
-    def build(self, context: Path, dockerfile: str, tag: str, progress: ProgressFn | None = None) -> str:
+    def build(self, context: Path | BinaryIO, dockerfile: str, tag: str, progress: ProgressFn | None = None,
+              network_mode: str | None = None) -> str:
+        """Build with the classic builder from a folder or an uncompressed tar stream."""
+        source = ({"path": str(context)} if isinstance(context, (str, Path))
+                  else {"fileobj": context, "custom_context": True})
         try:
-            stream = self.api.build(path=str(context), dockerfile=dockerfile, tag=tag, rm=True, forcerm=True,
-                                    pull=False, decode=True)
+            stream = self.api.build(**source, dockerfile=dockerfile, tag=tag, rm=True, forcerm=True,
+                                    pull=False, decode=True, network_mode=network_mode)
             check_stream(stream, f"build {tag}", progress)
         except docker_errors.APIError as exc:
             raise EngineError(f"build {tag}: {_friendly(exc.explanation or str(exc))}") from None

@@ -13,15 +13,14 @@ runs ``--platform mock`` (vLLM's platform mocked as gfx942 and gfx950).
 from __future__ import annotations
 
 import grp
-import io
 import json
 import os
-import tarfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from builder.errors import EngineError, ValidationFailed
+from builder.engine import Engine
+from builder.errors import ValidationFailed
 
 SMOKE_PATH = "/opt/m3-image/smoke"
 MANIFEST = "/opt/m3-image/manifest.json"
@@ -80,32 +79,8 @@ def _gpu_run_options(dev_root: str = "/") -> dict:
     }
 
 
-def _image_env(client, image: str) -> dict[str, str]:
-    try:
-        env = client.images.get(image).attrs.get("Config", {}).get("Env") or []
-    except Exception as exc:  # docker.errors.ImageNotFound, APIError
-        raise EngineError(f"validate: cannot inspect image {image}: {exc}") from None
-    return dict(item.split("=", 1) for item in env if "=" in item)
-
-
-def _copy_out(container, path: str, dest: Path) -> Path | None:
-    """Copy one file out of a (stopped) container with the archive API."""
-    try:
-        stream, _ = container.get_archive(path)
-    except Exception:
-        return None
-    buf = io.BytesIO(b"".join(stream))
-    with tarfile.open(fileobj=buf) as tar:
-        member = next((m for m in tar.getmembers() if m.isfile()), None)
-        if member is None:
-            return None
-        data = tar.extractfile(member).read()
-    dest.write_bytes(data)
-    return dest
-
-
 def run_validation(
-    client,
+    engine: Engine,
     image: str,
     report_dir: Path,
     *,
@@ -120,44 +95,27 @@ def run_validation(
         (report_dir / name).unlink(missing_ok=True)
     gpu = _gpu_run_options(dev_root)
     platform = "auto" if gpu else "mock"
-    env = _image_env(client, image)
+    env = dict(item.split("=", 1) for item in engine.inspect(image)["Config"].get("Env") or [] if "=" in item)
     pythonpath = ":".join(p for p in (SMOKE_PATH, env.get("PYTHONPATH", "")) if p)
     command = ["python3", "-m", "m3_smoke", "run", "--manifest", MANIFEST,
                "--report-dir", REPORT_DIR_IN_CONTAINER, "--platform", platform]
     if checks:
         command += ["--checks", ",".join(checks)]
     log(f"validate {image}: {'ROCm devices ' + ', '.join(gpu['devices']) if gpu else 'no /dev/kfd: mocked platform'}")
-    container = client.containers.create(
-        image,
-        command=command,
-        environment={"PYTHONPATH": pythonpath, "PYTHONDONTWRITEBYTECODE": "1", "HF_HUB_OFFLINE": "1"},
-        network_disabled=True,
-        detach=True,
-        **gpu,
-    )
-    try:
-        container.start()
-        try:
-            status = container.wait(timeout=timeout_s)
-        except Exception as exc:  # requests' ReadTimeout / ConnectionError
-            container.kill()
-            raise EngineError(f"validate {image}: the smoke suite did not finish in {timeout_s}s ({type(exc).__name__})") from None
-        exit_code = int(status.get("StatusCode", -1))
-        output = container.logs(stdout=True, stderr=True).decode("utf-8", "replace")
-        (report_dir / "container.log").write_text(output)
-        for line in output.splitlines():
-            if line.startswith(("PASS ", "FAIL ")):
-                log(line)
-        files = {}
-        for name in REPORT_FILES:
-            got = _copy_out(container, f"{REPORT_DIR_IN_CONTAINER}/{name}", report_dir / name)
-            if got is not None:
-                files[name] = got
-    finally:
-        try:
-            container.remove(force=True)
-        except Exception:
-            pass
+    run = engine.run(image, command, collect=[f"{REPORT_DIR_IN_CONTAINER}/{name}" for name in REPORT_FILES],
+                     timeout_s=timeout_s, environment={"PYTHONPATH": pythonpath, "PYTHONDONTWRITEBYTECODE": "1",
+                                                       "HF_HUB_OFFLINE": "1"}, **gpu)
+    exit_code, output = run.exit_code, run.output
+    (report_dir / "container.log").write_text(output)
+    for line in output.splitlines():
+        if line.startswith(("PASS ", "FAIL ")):
+            log(line)
+    files = {}
+    for name in REPORT_FILES:
+        data = run.files.get(f"{REPORT_DIR_IN_CONTAINER}/{name}")
+        if data is not None:
+            files[name] = report_dir / name
+            files[name].write_bytes(data)
 
     report: dict = {}
     if "report.json" in files:

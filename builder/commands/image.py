@@ -84,7 +84,7 @@ def run(args, log) -> int:
     from builder.validate import require_passed, run_validation
     report_dir = BUILD_DIR / "reports" / target.name / locked.tag
     with log.step("validate: smoke suite inside the image"):
-        result = run_validation(engine.client, image_id, report_dir, log=log.info)
+        result = run_validation(engine, image_id, report_dir, log=log.info)
     if not result.passed:
         raise ValidationFailed(f"{image_id}: validation failed ({', '.join(result.failed_checks)}); "
                                f"no tag applied; report in {report_dir}")

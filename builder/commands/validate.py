@@ -24,7 +24,7 @@ def run(args, log) -> int:
     image_id = engine.inspect(args.image)["Id"]
     report_dir = args.report_dir or BUILD_DIR / "reports" / "validate" / image_id.split(":")[-1][:16]
     with log.step(f"validate {args.image}"):
-        result = run_validation(engine.client, args.image, report_dir, log=log.info)
+        result = run_validation(engine, args.image, report_dir, log=log.info)
     log.result(f"report: {report_dir / 'report.json'}  junit: {report_dir / 'junit.xml'}")
     if not result.passed:
         raise ValidationFailed(f"{args.image}: failed checks: {', '.join(result.failed_checks)}")

@@ -44,6 +44,7 @@ import docker.errors
 import jinja2
 import requests.exceptions
 
+from builder.engine import Engine
 from builder.errors import BuilderError, EngineError, RegistryError
 from builder.standin.vllm_sources import VLLM_VERSION, WHEEL_SHA256, fetch_wheel, vllm_site
 
@@ -354,7 +355,7 @@ def render_dockerfile(**values: str) -> str:
         raise BuilderError(f"{TEMPLATE_PATH}:{exc.lineno}: {exc.message}") from exc
 
 
-def _build_image(client: docker.DockerClient, rootfs_image: str, site: Path, vllm_tree: Path,
+def _build_image(engine: Engine, rootfs_image: str, site: Path, vllm_tree: Path,
                  fingerprint: str, cache: Path, log: Log) -> str:
     dockerfile = render_dockerfile(rootfs_image=rootfs_image, site_packages=SITE_PACKAGES,
                                    python=PYTHON, vllm_version=VLLM_VERSION, suite=SUITE,
@@ -363,25 +364,13 @@ def _build_image(client: docker.DockerClient, rootfs_image: str, site: Path, vll
         _write_context(context, dockerfile, {"site": site, "vllm": vllm_tree})
         log(f"standin: build context {context.tell() / 2**20:.0f} MiB; building {LOCAL_TAG}")
         context.seek(0)
-        image_id = ""
-        try:
-            stream = client.api.build(fileobj=context, custom_context=True, tag=LOCAL_TAG,
-                                      rm=True, forcerm=True, pull=False, decode=True,
-                                      network_mode="none")  # hermetic: nothing is fetched
-            for chunk in stream:
-                if "error" in chunk or "errorDetail" in chunk:
-                    detail = chunk.get("errorDetail", {}).get("message") or chunk.get("error")
-                    raise EngineError(f"building {LOCAL_TAG} failed: {str(detail).strip()}")
-                text = chunk.get("stream", "").strip()
-                if text.startswith("Step "):
-                    log(f"standin:   {text}")
-                if "aux" in chunk and isinstance(chunk["aux"], dict):
-                    image_id = chunk["aux"].get("ID", image_id)
-        except docker.errors.APIError as exc:
-            raise EngineError(f"building {LOCAL_TAG} failed: {exc.explanation or exc}") from exc
-    if not image_id:
-        image_id = client.images.get(LOCAL_TAG).id
-    return image_id
+
+        def show_steps(line: str) -> None:
+            if line.startswith("Step "):
+                log(f"standin:   {line}")
+
+        # network_mode none: the build is hermetic, nothing is fetched
+        return engine.build(context, "Dockerfile", LOCAL_TAG, show_steps, network_mode="none")
 
 
 # --------------------------------------------------------------------------- push
@@ -402,37 +391,15 @@ def _check_registry(registry: str) -> None:
                             f"scripts/start-registry.sh") from exc
 
 
-def _push(client: docker.DockerClient, image_id: str, repository: str, log: Log) -> str:
-    """Tag and push; returns the manifest digest. Errors arrive inside the stream."""
-    try:
-        client.api.tag(image_id, repository, TAG, force=True)
-        stream = client.api.push(repository, tag=TAG, stream=True, decode=True)
-        digest = ""
-        for chunk in stream:
-            if "error" in chunk or "errorDetail" in chunk:
-                detail = chunk.get("errorDetail", {}).get("message") or chunk.get("error")
-                raise RegistryError(f"push of {repository}:{TAG} failed: {str(detail).strip()}")
-            aux = chunk.get("aux")
-            if isinstance(aux, dict) and aux.get("Digest"):
-                digest = aux["Digest"]
-    except docker.errors.APIError as exc:
-        raise RegistryError(f"push of {repository}:{TAG} failed: {exc.explanation or exc}") from exc
-    if not digest.startswith("sha256:"):
-        raise RegistryError(f"push of {repository}:{TAG} finished without reporting a manifest digest")
+def _push(engine: Engine, image_id: str, repository: str, log: Log) -> str:
+    """Tag and push; returns the manifest digest (errors inside the push stream raise)."""
+    engine.tag(image_id, repository, TAG)
+    digest = engine.push(repository, TAG)
     log(f"standin: pushed {repository}@{digest}")
     return digest
 
 
 # --------------------------------------------------------------------------- entry point
-
-def _ping(client: docker.DockerClient) -> None:
-    try:
-        client.ping()
-    except (docker.errors.DockerException, requests.exceptions.RequestException, OSError) as exc:
-        base_url = getattr(client.api, "base_url", "the configured socket")
-        raise EngineError(f"Docker engine unreachable at {base_url} ({type(exc).__name__}): start it "
-                          f"with scripts/start-dockerd.sh") from exc
-
 
 def build_standin_base(client: docker.DockerClient, cache_dir: Path, registry: str = "127.0.0.1:5000",
                        log: Log = print) -> StandinBase:
@@ -447,7 +414,12 @@ def build_standin_base(client: docker.DockerClient, cache_dir: Path, registry: s
     cache.mkdir(parents=True, exist_ok=True)
     timings: dict = {}
     repository = f"{registry}/{LOCAL_REPOSITORY}"
-    _ping(client)
+    engine = Engine(client)
+    try:
+        client.ping()
+    except (docker.errors.DockerException, requests.exceptions.RequestException, OSError) as exc:
+        raise EngineError(f"Docker engine unreachable at {client.api.base_url} ({type(exc).__name__}): "
+                          "start it with scripts/start-dockerd.sh") from None
     _check_registry(registry)
     with _locked(cache / ".lock"):
         rootfs_fp, site_fp = _rootfs_fingerprint(), _site_fingerprint()
@@ -466,11 +438,11 @@ def build_standin_base(client: docker.DockerClient, cache_dir: Path, registry: s
             site = _site_dir(cache_dir, cache, log, timings)
             vllm_tree = vllm_site(cache_dir) / "vllm"
             start = time.monotonic()
-            image_id = _build_image(client, rootfs_image, site, vllm_tree, fingerprint, cache, log)
+            image_id = _build_image(engine, rootfs_image, site, vllm_tree, fingerprint, cache, log)
             timings["image_build_s"] = round(time.monotonic() - start, 1)
             image = client.images.get(image_id)
         start = time.monotonic()
-        digest = _push(client, image.id, repository, log)
+        digest = _push(engine, image.id, repository, log)
         timings["push_s"] = round(time.monotonic() - start, 1)
     size = int(image.attrs.get("Size") or 0)
     return StandinBase(local_tag=LOCAL_TAG, repository=repository, digest=digest,

@@ -10,7 +10,6 @@ import tarfile
 import pytest
 import yaml
 
-from builder.engine import Engine
 from builder.lock import content_digest, content_tag, read_lock
 
 

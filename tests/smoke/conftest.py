@@ -12,7 +12,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from m3_smoke_testlib import (  # noqa: E402
-    replace_file,
+    SuiteRun,
     Tree,
     apply_series,
     ensure_pristine_site,

@@ -5,7 +5,6 @@ image: ``python -m m3_smoke run --manifest ... --report-dir ... --platform mock`
 
 from __future__ import annotations
 
-import math
 import xml.etree.ElementTree as ET
 
 import pytest

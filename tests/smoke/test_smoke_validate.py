@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from builder.errors import ValidationFailed
+from builder.engine import Engine
 from builder.validate import ValidationResult, _gpu_run_options, require_passed, run_validation
 from m3_smoke import CHECK_NAMES
 from m3_smoke.manifest import build_manifest
@@ -88,7 +89,7 @@ def _containers_of(client, image_id):
 
 def test_good_image_passes_and_reports_come_out(docker_client, images, tmp_path):
     lines = []
-    result = run_validation(docker_client, images["good"], tmp_path / "r", log=lines.append)
+    result = run_validation(Engine(docker_client), images["good"], tmp_path / "r", log=lines.append)
     assert isinstance(result, ValidationResult)
     assert result.passed is True and result.failed_checks == [] and result.exit_code == 0
     assert result.platform == ("auto" if os.path.exists("/dev/kfd") else "mock")
@@ -107,7 +108,7 @@ def test_good_image_passes_and_reports_come_out(docker_client, images, tmp_path)
 
 
 def test_broken_image_fails_by_name_and_require_passed_raises(docker_client, images, tmp_path):
-    result = run_validation(docker_client, images["no-marker"], tmp_path / "r", log=lambda s: None,
+    result = run_validation(Engine(docker_client), images["no-marker"], tmp_path / "r", log=lambda s: None,
                             checks=["fingerprints", "backend_marker_gfx942", "backend_marker_gfx950"])
     assert result.passed is False
     assert result.failed_checks == ["backend_marker_gfx942"]
@@ -123,7 +124,7 @@ def test_broken_image_fails_by_name_and_require_passed_raises(docker_client, ima
 
 def test_image_without_suite_fails_with_suite(docker_client, standin_base, tmp_path):
     """The base image alone (no suite, no manifest): no report comes back; that is a failure."""
-    result = run_validation(docker_client, standin_base.reference, tmp_path / "r", log=lambda s: None)
+    result = run_validation(Engine(docker_client), standin_base.reference, tmp_path / "r", log=lambda s: None)
     assert result.passed is False and result.failed_checks == ["suite"]
     assert result.exit_code == 1
     assert "No module named m3_smoke" in result.report["error"]
