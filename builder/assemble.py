@@ -10,7 +10,6 @@ holds only that config and the delta layer: the base layers are already in its s
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import tarfile
@@ -18,6 +17,7 @@ from dataclasses import dataclass
 
 from builder.base import ResolvedBase
 from builder.errors import EngineError
+from builder.hashing import sha256_bytes
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,7 @@ def read_delta(saved: bytes) -> Delta:
             raise EngineError("delta image: expected exactly one image with one layer")
         config = json.load(archive.extractfile(manifest[0]["Config"]))
         layer = archive.extractfile(manifest[0]["Layers"][0]).read()
-    diff_id = "sha256:" + hashlib.sha256(layer).hexdigest()
+    diff_id = "sha256:" + sha256_bytes(layer)
     if config["rootfs"]["diff_ids"] != [diff_id]:
         raise EngineError(f"delta image: layer digest {diff_id} does not match its config")
     inner = config.get("config") or {}
@@ -73,7 +73,7 @@ def image_archive(config: bytes, base: ResolvedBase, delta: Delta) -> tuple[byte
     The base layers are listed in the manifest but not shipped: the engine finds them in
     its store by chain id and never opens their paths.
     """
-    image_id = "sha256:" + hashlib.sha256(config).hexdigest()
+    image_id = "sha256:" + sha256_bytes(config)
     base_layers = [f"base/{i}/layer.tar" for i in range(len(base.config["rootfs"]["diff_ids"]))]
     delta_path = f"{delta.diff_id.split(':', 1)[1]}/layer.tar"
     manifest = [{"Config": f"{image_id.split(':', 1)[1]}.json", "RepoTags": None,

@@ -1,4 +1,5 @@
-"""Render the delta Dockerfile from its Jinja2 template; every value is validated and quoted."""
+"""Render Dockerfiles from the Jinja2 templates in ``dockerfiles/`` (StrictUndefined, one
+environment for all of them); the delta's values are validated and quoted."""
 
 from __future__ import annotations
 
@@ -48,9 +49,15 @@ def render_delta_dockerfile(*, builder_version: str, target: str, base_reference
             dockerfile_quote(value)
         except BuilderError as exc:
             raise BuilderError(f"{name}: {exc}") from None
+    return render_template(DELTA_TEMPLATE, builder_version=builder_version, target=target,
+                           base_reference=base_reference, labels=sorted(labels.items()), env=sorted(env.items()))
+
+
+def render_template(name: str, **values: object) -> str:
+    """Render ``dockerfiles/<name>``; an undefined variable or a syntax error is one line."""
     try:
-        return _environment().get_template(DELTA_TEMPLATE).render(
-            builder_version=builder_version, target=target, base_reference=base_reference,
-            labels=sorted(labels.items()), env=sorted(env.items()))
+        return _environment().get_template(name).render(**values)
     except jinja2.UndefinedError as exc:
-        raise BuilderError(f"{TEMPLATE_DIR / DELTA_TEMPLATE}: {exc.message}") from None
+        raise BuilderError(f"{TEMPLATE_DIR / name}: {exc.message}") from None
+    except jinja2.TemplateSyntaxError as exc:
+        raise BuilderError(f"{TEMPLATE_DIR / name}:{exc.lineno}: {exc.message}") from None

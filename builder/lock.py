@@ -8,7 +8,6 @@ content tag is a hash of the lock, so it names all inputs and nothing else (no c
 from __future__ import annotations
 
 import difflib
-import hashlib
 import json
 from pathlib import Path
 
@@ -17,6 +16,7 @@ import yaml
 import builder
 from builder.base import ResolvedBase
 from builder.errors import LockError
+from builder.hashing import sha256_bytes
 from builder.inputs import Inputs
 from builder.tree import PatchedTree
 
@@ -62,7 +62,7 @@ def compute_lock(inputs: Inputs, base: ResolvedBase, tree: PatchedTree) -> dict:
 
 def content_digest(lock: dict) -> str:
     canonical = json.dumps(lock, sort_keys=True, separators=(",", ":")).encode()
-    return hashlib.sha256(canonical).hexdigest()
+    return sha256_bytes(canonical)
 
 
 def content_tag(lock: dict) -> str:

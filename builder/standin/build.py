@@ -41,9 +41,9 @@ from typing import Callable, Iterable, Iterator
 
 import docker
 import docker.errors
-import jinja2
 import requests.exceptions
 
+from builder.dockerfile import render_template
 from builder.engine import Engine
 from builder.errors import BuilderError, EngineError, RegistryError
 from builder.standin.vllm_sources import VLLM_VERSION, WHEEL_SHA256, fetch_wheel, vllm_site
@@ -345,14 +345,7 @@ def _write_context(handle, dockerfile: str, trees: dict[str, Path]) -> None:
 
 
 def render_dockerfile(**values: str) -> str:
-    env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
-                             autoescape=False)
-    try:
-        return env.from_string(TEMPLATE_PATH.read_text()).render(**values)
-    except jinja2.UndefinedError as exc:
-        raise BuilderError(f"{TEMPLATE_PATH}: {exc.message}") from exc
-    except jinja2.TemplateSyntaxError as exc:
-        raise BuilderError(f"{TEMPLATE_PATH}:{exc.lineno}: {exc.message}") from exc
+    return render_template(TEMPLATE_PATH.name, **values)
 
 
 def _build_image(engine: Engine, rootfs_image: str, site: Path, vllm_tree: Path,

@@ -8,7 +8,6 @@ extensions, which cannot load on a CPU host or on ROCm anyway.
 
 from __future__ import annotations
 
-import hashlib
 import shutil
 import subprocess
 import sys
@@ -17,18 +16,11 @@ import zipfile
 from pathlib import Path
 
 from builder.errors import BuilderError
+from builder.hashing import sha256_file
 
 VLLM_VERSION = "0.24.0"
 WHEEL_NAME = "vllm-0.24.0-cp38-abi3-manylinux_2_28_x86_64.whl"
 WHEEL_SHA256 = "2d2831aeba311292250df0132dbc4d8e9f42c654536eaec48e6fe58acb1822cf"
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def fetch_wheel(cache_dir: Path) -> Path:
@@ -45,7 +37,7 @@ def fetch_wheel(cache_dir: Path) -> Path:
                 last = (result.stderr.strip().splitlines() or ["no output"])[-1]
                 raise BuilderError(f"pip download vllm=={VLLM_VERSION} failed: {last}")
             Path(tmp, WHEEL_NAME).replace(wheel)
-    actual = _sha256(wheel)
+    actual = sha256_file(wheel)
     if actual != WHEEL_SHA256:
         raise BuilderError(f"{wheel}: sha256 {actual} does not match the pinned {WHEEL_SHA256}")
     return wheel
