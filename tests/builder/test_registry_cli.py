@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,7 @@ import yaml
 from builder.registry import DOCKER_HUB, Reference, parse_reference
 from m3_builder_testlib import DIGEST_A, REPO, minimal_doc
 
-VENV_PYTHON = "/tmp/venv/bin/python"
+VENV_PYTHON = sys.executable  # the interpreter running the suite (the project venv)
 
 
 @pytest.mark.parametrize("ref, expected, name", [

