@@ -56,16 +56,15 @@ def main() -> int:
     spec = args.spec.resolve()
     sys.path.insert(0, str(spec.parent))
 
-    from builder.commands.image import existing_image
     from builder.delivery import remote_image
     from builder.engine import Engine
     from builder.registry import parse_reference
-    from builder.workflow import check_inputs_against_lock, load_target
+    from builder.workflow import check_inputs_against_lock, load_target, local_image
 
     target = load_target(str(spec), args.target)
     locked = check_inputs_against_lock(target)
     engine = Engine.connect()
-    image_id = existing_image(engine, locked)
+    image_id = local_image(engine, locked)
     if image_id is None:
         sys.exit(f"bench: no validated {locked.reference} in the engine; run `make image TARGET={target.name}` first")
     remote = remote_image(locked.reference)

@@ -1,11 +1,13 @@
-"""Own the final image config and load it: base config + one delta layer, no clock involved.
+"""Own the final image: config, OCI manifest and load archive; base + one delta layer, no clock.
 
 The classic builder stamps ``created`` times (image and history) into what it produces, so
 two builds of the same inputs differ. Like ko, Jib and rules_oci, we instead write the final
 config ourselves: the base's raw config (from the registry, verified by digest) with its
 history untouched, one history entry and one diff_id appended, labels and env merged, and
 ``created`` fixed to the base's own creation time. The engine then loads an archive that
-holds only that config and the delta layer: the base layers are already in its store.
+holds only that config and the delta layer: the base layers are already in its store. The
+OCI manifest is the builder's too (what ``make push`` uploads), so the config digest and the
+manifest digest are functions of the lock alone, whatever the engine.
 """
 
 from __future__ import annotations
@@ -18,11 +20,12 @@ from dataclasses import dataclass
 from builder.base import ResolvedBase
 from builder.errors import EngineError
 from builder.hashing import sha256_bytes
+from builder.layer import tar_of
 
 
 @dataclass(frozen=True)
 class Delta:
-    layer: bytes            # the uncompressed layer tar, as the engine exported it
+    layer: bytes            # the uncompressed layer tar (builder.layer's canonical form)
     diff_id: str
     labels: dict[str, str]
     env: list[str]
@@ -67,23 +70,101 @@ def compose_config(base: ResolvedBase, delta: Delta, history_comment: str) -> by
     return json.dumps(config, separators=(",", ":"), ensure_ascii=False).encode()
 
 
-def image_archive(config: bytes, base: ResolvedBase, delta: Delta) -> tuple[bytes, str]:
-    """A ``docker load`` archive holding the config and the delta layer; returns (tar, image id).
+OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+OCI_INDEX = "application/vnd.oci.image.index.v1+json"
+OCI_CONFIG = "application/vnd.oci.image.config.v1+json"
+OCI_LAYER = "application/vnd.oci.image.layer.v1.tar"                 # uncompressed: digest == diff_id
+OCI_LAYER_GZIP = "application/vnd.oci.image.layer.v1.tar+gzip"
+# Docker schema 2 layer types and their OCI names (same bytes, other label).
+_LAYER_TYPES = {
+    "application/vnd.docker.image.rootfs.diff.tar.gzip": OCI_LAYER_GZIP,
+    OCI_LAYER_GZIP: OCI_LAYER_GZIP,
+    OCI_LAYER: OCI_LAYER,
+    "application/vnd.oci.image.layer.v1.tar+zstd": "application/vnd.oci.image.layer.v1.tar+zstd",
+}
 
-    The base layers are listed in the manifest but not shipped: the engine finds them in
-    its store by chain id and never opens their paths.
+
+def _json(doc: dict) -> bytes:
+    return json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def base_layers(base: ResolvedBase) -> list[dict]:
+    """The base manifest's layer descriptors in canonical form (mediaType, digest, size only)."""
+    layers = []
+    for i, layer in enumerate(base.manifest.get("layers") or []):
+        media_type = _LAYER_TYPES.get(layer.get("mediaType", ""))
+        if media_type is None:
+            raise EngineError(f"{base.image.reference}: layer {i} has media type {layer.get('mediaType')!r}, which "
+                              "the builder does not carry into an OCI manifest (foreign or unknown layer)")
+        layers.append({"mediaType": media_type, "digest": layer["digest"], "size": int(layer["size"])})
+    if len(layers) != len(base.config["rootfs"]["diff_ids"]):
+        raise EngineError(f"{base.image.reference}: manifest {base.manifest_digest} lists {len(layers)} layers, "
+                          f"its config {len(base.config['rootfs']['diff_ids'])}")
+    return layers
+
+
+def image_manifest(config: bytes, base: ResolvedBase, delta_digest: str, delta_size: int) -> bytes:
+    """The image's OCI manifest, computed by the builder: what is pushed and what nodes pull by.
+
+    Key order and separators are fixed; base layers keep the base registry's (compressed)
+    digests, the delta layer is uncompressed, so the digest depends on the inputs alone.
     """
-    image_id = "sha256:" + sha256_bytes(config)
-    base_layers = [f"base/{i}/layer.tar" for i in range(len(base.config["rootfs"]["diff_ids"]))]
-    delta_path = f"{delta.diff_id.split(':', 1)[1]}/layer.tar"
-    manifest = [{"Config": f"{image_id.split(':', 1)[1]}.json", "RepoTags": None,
-                 "Layers": base_layers + [delta_path]}]
-    out = io.BytesIO()
-    with tarfile.open(fileobj=out, mode="w", format=tarfile.USTAR_FORMAT) as archive:
-        for name, data in ((manifest[0]["Config"], config), (delta_path, delta.layer),
-                           ("manifest.json", json.dumps(manifest).encode())):
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            info.mode = 0o644
-            archive.addfile(info, io.BytesIO(data))
-    return out.getvalue(), image_id
+    return _json({
+        "schemaVersion": 2,
+        "mediaType": OCI_MANIFEST,
+        "config": {"mediaType": OCI_CONFIG, "digest": "sha256:" + sha256_bytes(config), "size": len(config)},
+        "layers": base_layers(base) + [{"mediaType": OCI_LAYER, "digest": delta_digest, "size": delta_size}],
+    })
+
+
+@dataclass(frozen=True)
+class BuiltImage:
+    """The whole identity of a build: the builder's config, manifest and delta layer."""
+    config: bytes
+    manifest: bytes
+    delta: Delta
+
+    @property
+    def config_digest(self) -> str:
+        return "sha256:" + sha256_bytes(self.config)
+
+    @property
+    def manifest_digest(self) -> str:
+        return "sha256:" + sha256_bytes(self.manifest)
+
+    @property
+    def diff_ids(self) -> list[str]:
+        return list(json.loads(self.config)["rootfs"]["diff_ids"])
+
+
+def assemble(base: ResolvedBase, delta: Delta, history_comment: str) -> BuiltImage:
+    config = compose_config(base, delta, history_comment)
+    return BuiltImage(config=config, manifest=image_manifest(config, base, delta.diff_id, len(delta.layer)),
+                      delta=delta)
+
+
+def _blob(digest: str) -> str:
+    return "blobs/sha256/" + digest.split(":", 1)[1]
+
+
+def load_archive(image: BuiltImage) -> bytes:
+    """One archive every engine loads: Docker's ``manifest.json`` and an OCI layout side by side.
+
+    Shipped: the config, the delta layer and the OCI manifest. The base layers are referenced
+    (``blobs/sha256/<registry digest>``) but not shipped: classic stores find them by chain id,
+    the containerd store and Podman by digest, so the (29 GB) base never leaves the engine.
+    """
+    manifest = json.loads(image.manifest)
+    docker_manifest = [{"Config": _blob(image.config_digest), "RepoTags": None,
+                        "Layers": [_blob(layer["digest"]) for layer in manifest["layers"]]}]
+    index = {"schemaVersion": 2, "mediaType": OCI_INDEX,
+             "manifests": [{"mediaType": OCI_MANIFEST, "digest": image.manifest_digest, "size": len(image.manifest)}]}
+    files = {
+        _blob(image.config_digest): image.config,
+        _blob(image.delta.diff_id): image.delta.layer,
+        _blob(image.manifest_digest): image.manifest,
+        "index.json": _json(index),
+        "manifest.json": _json(docker_manifest),
+        "oci-layout": _json({"imageLayoutVersion": "1.0.0"}),
+    }
+    return tar_of(sorted(files.items()))

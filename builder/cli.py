@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import signal
 import sys
 
-from builder.errors import BuilderError
+from builder.errors import BuilderError, Interrupted
 from builder.log import StepLog
 
 COMMANDS = ["lock", "image", "pin", "validate", "standin", "push", "resolve", "verify"]
@@ -33,8 +34,12 @@ def main(argv: list[str] | None = None) -> int:
         module.register(sub)
     args = parser.parse_args(argv)
     log = StepLog(quiet=args.quiet)
+    previous = signal.signal(signal.SIGTERM, _raise_interrupted)
     try:
         return modules[args.command].run(args, log)
+    except Interrupted as exc:
+        print(f"error: {exc}; what this run started was removed", file=sys.stderr)
+        return 128 + exc.signum
     except BuilderError as exc:
         print(f"error: {exc}", file=sys.stderr)
         for line in exc.details:
@@ -43,3 +48,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         return 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _raise_interrupted(signum, _frame) -> None:
+    """SIGTERM becomes an exception in the main thread, so cleanup runs on this exit path too."""
+    signal.signal(signum, signal.SIG_IGN)          # a second signal must not cut the cleanup short
+    raise Interrupted(signum, signal.Signals(signum).name)

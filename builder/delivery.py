@@ -6,10 +6,15 @@
   exists remotely and carries this very lock, pull it by digest (only the delta crosses the
   wire when the base is local), verify it against the lock, tag it; no build.
 * :func:`check_reproduces` is ``--rebuild``'s last step: the image just built must have the
-  registry copy's image id.
-* :func:`publish` is ``make push``: the content tag first (docker SDK, errors inside the
-  stream raise), checked against the registry, then each alias moved to exactly those
-  manifest bytes in one request. Nothing moves an alias before the content tag is in place.
+  registry copy's config and manifest digests.
+* :func:`publish` is ``make push``: the builder's own manifest, through the registry API (no
+  engine push, so no engine's gzip decides the digest): base layer blobs skipped when present,
+  mounted across repositories of the same registry, else streamed from the base's registry;
+  the delta and config blobs; the manifest under the content tag; then each alias moved to
+  exactly those manifest bytes in one request. A content tag that already holds these bytes
+  is a no-op (a second engine's push of the same lock); one holding anything else is never
+  overwritten. Nothing moves an alias before the content tag is in place.
+* :func:`expected_manifest`: the manifest the lock predicts for a registry copy (resolve).
 * :func:`cache_key` / :func:`pyxis_image`: what cluster jobs key on, derived from the digest.
 
 Every error is one line naming the registry, repository and tag at fault; credentials come
@@ -22,6 +27,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
+from builder.assemble import OCI_MANIFEST, BuiltImage, image_manifest
+from builder.base import ResolvedBase
 from builder.engine import Engine
 from builder.errors import BuilderError, EngineError, RegistryError
 from builder.lock import content_digest
@@ -45,9 +52,15 @@ class RemoteImage:
     name: str                   # registry/repository, as the engine names it
     tag: str | None
     manifest_digest: str        # what the tag points to (what `repo@sha256:` pins)
-    config_digest: str          # == the image id in a classic-store engine
+    config_digest: str          # == the image id in a classic-store engine and Podman
     labels: dict[str, str]
-    manifest: Manifest = field(repr=False)
+    manifest: Manifest = field(repr=False)          # what the tag points to (manifest or index)
+    image_manifest: Manifest | None = field(default=None, repr=False)   # the platform's manifest
+    raw_config: bytes = field(default=b"{}", repr=False)
+
+    @property
+    def diff_ids(self) -> list[str]:
+        return list(json.loads(self.raw_config).get("rootfs", {}).get("diff_ids") or [])
 
     @property
     def pinned(self) -> str:
@@ -81,7 +94,8 @@ def remote_image(reference: str, platform: str = "linux/amd64", *, verb: str = "
     config = json.loads(raw_config)
     labels = (config.get("config") or {}).get("Labels") or {}
     return RemoteImage(name=ref.name, tag=ref.tag, manifest_digest=top.digest,
-                       config_digest=manifest.body["config"]["digest"], labels=labels, manifest=top)
+                       config_digest=manifest.body["config"]["digest"], labels=labels, manifest=top,
+                       image_manifest=manifest, raw_config=raw_config)
 
 
 # -- make image: ask the registry first --------------------------------------------------------
@@ -115,10 +129,12 @@ def pull_if_published(engine: Engine, locked, log) -> str | None:
             return None
         log.info(f"published as {remote.pinned} (image {remote.config_digest})")
     with log.step(f"pull {remote.pinned} instead of building"):
-        image_id = engine.pull(remote.pinned, log.progress)
-        if image_id != remote.config_digest:
-            raise EngineError(f"pull {remote.pinned}: engine image id {image_id} differs from the registry's "
-                              f"config digest {remote.config_digest}")
+        engine.pull(remote.pinned, log.progress)
+        image_id = engine.find_image([remote.config_digest, remote.manifest_digest], remote.diff_ids,
+                                     config_digest=remote.config_digest)
+        if image_id is None:
+            raise EngineError(f"pull {remote.pinned}: {engine.describe()} holds no image with the registry's "
+                              f"config {remote.config_digest} and its layers")
         log.info(f"pulled {remote.pinned}: image {image_id}")
     with log.step("verify the pulled image against the lock"):
         from builder.verify import require_verified
@@ -130,17 +146,19 @@ def pull_if_published(engine: Engine, locked, log) -> str | None:
     return image_id
 
 
-def check_reproduces(locked, image_id: str, log) -> None:
-    """After ``--rebuild``: the build must give the image id of the registry's copy, if any."""
+def check_reproduces(locked, image: BuiltImage, log) -> None:
+    """After ``--rebuild``: the build must give the registry copy's config and manifest, if any."""
     with log.step(f"compare with the registry's {locked.reference}"):
         remote = published_for(locked, log, verb="compare with")
         if remote is None:
             log.info("no registry copy to compare with")
             return
-        if remote.config_digest != image_id:
-            raise NotReproducible(f"{locked.reference}: rebuild is not reproducible: built image {image_id}, "
-                                  f"the registry copy {remote.manifest_digest} is image {remote.config_digest}")
-        log.info(f"reproduced the registry copy: image {image_id} == config of {remote.pinned}")
+        if (remote.config_digest, remote.manifest_digest) != (image.config_digest, image.manifest_digest):
+            raise NotReproducible(f"{locked.reference}: rebuild is not reproducible: built config {image.config_digest} "
+                                  f"manifest {image.manifest_digest}, the registry copy is config "
+                                  f"{remote.config_digest} manifest {remote.manifest_digest}")
+        log.info(f"reproduced the registry copy: image {image.config_digest} == config of {remote.pinned} "
+                 f"(and its manifest digest)")
 
 
 # -- make push ------------------------------------------------------------------------------------
@@ -149,53 +167,107 @@ class Published:
     name: str
     tag: str
     manifest_digest: str
-    image_id: str
+    image_id: str                                   # the config digest
     aliases: dict[str, tuple[str | None, str]]      # alias -> (digest before, digest now)
+    uploaded: int = 0                               # bytes sent to the registry (blobs and manifest)
+    blobs: dict[str, str] = field(default_factory=dict)    # digest -> present | mounted | uploaded | streamed
+    no_op: bool = False                             # the content tag already held these very bytes
 
     @property
     def pinned(self) -> str:
         return f"{self.name}@{self.manifest_digest}"
 
 
-def publish(engine: Engine, repository: str, tag: str, aliases: tuple[str, ...] | list[str], image_id: str,
-            log, platform: str = "linux/amd64") -> Published:
-    """Push ``repository:tag`` (which must be ``image_id`` locally), then point the aliases at it."""
+def _upload_blobs(client, repository: str, image: BuiltImage, base: ResolvedBase, log) -> tuple[int, dict[str, str]]:
+    """Every blob the manifest names, into ``repository``: present ones skipped, base layers
+    mounted (same registry) or streamed from the base's registry, delta and config from memory."""
+    sent, how = 0, {}
+    base_client, base_ref = client_for(base.image.reference)
+    same_registry = base_ref.registry == client.registry
+    for layer in json.loads(image.manifest)["layers"][:-1]:
+        digest = layer["digest"]
+        if client.has_blob(repository, digest):
+            how[digest] = "present"
+        elif same_registry and client.mount_blob(repository, digest, base_ref.repository):
+            how[digest] = "mounted"
+        else:
+            client.put_blob(repository, digest, base_client.blob_chunks(base_ref.repository, digest))
+            sent += int(layer["size"])
+            how[digest] = "streamed"
+        log.info(f"base layer {digest[:19]}: {how[digest]}")
+    for what, digest, data in (("delta layer", image.delta.diff_id, image.delta.layer),
+                               ("config", image.config_digest, image.config)):
+        if client.has_blob(repository, digest):
+            how[digest] = "present"
+        else:
+            client.put_blob(repository, digest, data)
+            sent += len(data)
+            how[digest] = "uploaded"
+        log.info(f"{what} {digest[:19]}: {how[digest]} ({len(data)} bytes)")
+    return sent, how
+
+
+def publish(repository: str, tag: str, aliases: tuple[str, ...] | list[str], image: BuiltImage,
+            base: ResolvedBase, log, platform: str = "linux/amd64") -> Published:
+    """Push the builder's own image under ``repository:tag`` through the registry API, then point
+    the aliases at it. The manifest digest is the builder's, the same from every machine."""
     reference = f"{repository}:{tag}"
-    local = engine.image_id(reference)
-    if local != image_id:
-        raise EngineError(f"push {reference}: the engine has {local or 'no such image'}, expected {image_id}")
+    ref = parse_reference(reference)
     with log.step(f"ask the registry for {reference}"):
         existing = remote_image(reference, platform, verb="push")
-        if existing is not None and existing.config_digest != image_id:
+        if existing is not None and existing.manifest_digest != image.manifest_digest:
+            wanted = (f"image {image.config_digest}" if existing.config_digest != image.config_digest
+                      else f"the builder's manifest {image.manifest_digest} of that image (pushed by another tool?)")
             raise TagConflict(f"push {reference}: the registry already holds this tag as {existing.manifest_digest} "
-                              f"(image {existing.config_digest}), not image {image_id}; a content tag is never "
-                              "overwritten")
+                              f"(image {existing.config_digest}), not {wanted}; a content tag is never overwritten")
         before = {}
         for alias in aliases:
             current = remote_image(f"{repository}:{alias}", platform, verb="push")
             before[alias] = current.manifest_digest if current else None
             log.info(f"{repository}:{alias} now {before[alias] or 'absent'}")
-    with log.step(f"push {reference}"):
-        digest = engine.push(repository, tag, log.progress)
-        pushed = remote_image(reference, platform, verb="push")
-        if pushed is None or pushed.manifest_digest != digest or pushed.config_digest != image_id:
-            found = f"{pushed.manifest_digest} (image {pushed.config_digest})" if pushed else "nothing"
-            raise RegistryError(f"push {reference}: the engine reported {digest} for image {image_id}, "
-                                f"the registry holds {found}")
-        log.info(f"pushed {reference} -> {digest}")
+    client, _ = client_for(reference)
+    sent, how, no_op = 0, {}, existing is not None
+    if no_op:
+        log.info(f"{reference} already holds manifest {image.manifest_digest}: nothing to push")
+    else:
+        with log.step(f"push {reference} (the builder's manifest, through the registry API)"):
+            try:
+                sent, how = _upload_blobs(client, ref.repository, image, base, log)
+                client.put_manifest(ref.repository, tag, image.manifest, OCI_MANIFEST)
+            except RegistryError as exc:
+                raise _at("push", reference, exc) from None
+            sent += len(image.manifest)
+            pushed = remote_image(reference, platform, verb="push")
+            if pushed is None or pushed.manifest_digest != image.manifest_digest:
+                raise RegistryError(f"push {reference}: sent manifest {image.manifest_digest}, the registry holds "
+                                    f"{pushed.manifest_digest if pushed else 'nothing'}")
+            log.info(f"pushed {reference} -> {image.manifest_digest} ({sent} bytes sent)")
+    digest = image.manifest_digest
     moved: dict[str, tuple[str | None, str]] = {}
     if aliases:
-        ref = parse_reference(reference)
         with log.step(f"point {len(aliases)} alias(es) at {digest}"):
-            client, _ = client_for(reference)
             for alias in aliases:
                 try:
-                    client.put_manifest(ref.repository, alias, pushed.manifest.raw, pushed.manifest.media_type)
+                    client.put_manifest(ref.repository, alias, image.manifest, OCI_MANIFEST)
                 except RegistryError as exc:
                     raise _at("push", f"{repository}:{alias}", exc) from None
                 moved[alias] = (before[alias], digest)
                 log.info(f"{repository}:{alias} -> {digest} (was {before[alias] or 'absent'})")
-    return Published(name=pushed.name, tag=tag, manifest_digest=digest, image_id=image_id, aliases=moved)
+    return Published(name=ref.name, tag=tag, manifest_digest=digest, image_id=image.config_digest,
+                     aliases=moved, uploaded=sent, blobs=how, no_op=no_op)
+
+
+def expected_manifest(remote: RemoteImage, base: ResolvedBase) -> bytes | None:
+    """The manifest the lock predicts for ``remote``: the builder's canonical manifest of the
+    registry's config on the locked base, with the delta layer as the registry lists it; None
+    when the registry copy is not a single-platform manifest with one layer on the base's."""
+    if remote.image_manifest is None or remote.image_manifest.digest != remote.manifest_digest:
+        return None
+    layers = remote.image_manifest.body.get("layers") or []
+    if not layers:
+        return None
+    last = layers[-1]
+    return image_manifest(remote.raw_config, base, last.get("digest", ""), int(last.get("size", 0)))
 
 
 # -- resolve: what a cluster job needs ------------------------------------------------------------

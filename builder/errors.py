@@ -33,3 +33,12 @@ class RegistryError(BuilderError):
 
 class ValidationFailed(BuilderError):
     """The smoke-test suite failed inside the image."""
+
+
+class Interrupted(BaseException):
+    """SIGTERM (a CI runner's cancel) or SIGINT: raised in the main thread so that every
+    ``finally`` and cleanup path runs; a BaseException so that no ``except Exception`` swallows it."""
+
+    def __init__(self, signum: int, name: str):
+        super().__init__(f"interrupted by {name}")
+        self.signum = signum

@@ -1,18 +1,23 @@
-"""A small OCI distribution client: manifests and config blobs, never layers.
+"""A small OCI distribution client: manifests, config blobs, and the push of the builder's image.
 
-The builder needs the base's *raw* config (to own the final config byte for byte) and
-needs to ask whether a content tag already exists, without pulling anything big. Docker's
-engine API exposes neither, so we speak the registry API directly. Credentials come from
+The builder needs the base's *raw* manifest and config (to own the final config and manifest
+byte for byte), needs to ask whether a content tag already exists without pulling anything
+big, and pushes its own manifest (no engine's compressor in the digest). Docker's engine API
+exposes none of this, so we speak the registry API directly: blobs are checked with HEAD,
+mounted across repositories of one registry, uploaded from memory (the small delta and the
+config) or streamed from another registry chunk by chunk (never through local disk). Credentials come from
 the standard docker config and credential helpers (via docker-py's own resolver) and never
 reach a log line or an exception message.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterable, Iterator
+from urllib.parse import urljoin
 
 import requests
 from docker import auth as docker_auth
@@ -100,14 +105,15 @@ class RegistryClient:
         return f"{self.scheme}://{self.registry}/v2/{path}"
 
     def _request(self, method: str, path: str, *, headers: dict | None = None, scope: str = "",
-                 data: bytes | None = None) -> requests.Response:
+                 data=None, params: dict | None = None, stream: bool = False) -> requests.Response:
         headers = dict(headers or {})
+        url = path if path.startswith(("http://", "https://")) else self._url(path)
         for attempt in range(2):
             if self._token:
                 headers["Authorization"] = f"Bearer {self._token}"
             try:
-                response = self.session.request(method, self._url(path), headers=headers, data=data,
-                                                auth=None if self._token else self._basic(),
+                response = self.session.request(method, url, headers=headers, data=data, params=params,
+                                                auth=None if self._token else self._basic(), stream=stream,
                                                 timeout=self.timeout, allow_redirects=True)
             except requests.ConnectionError:
                 raise RegistryError(f"{self.registry}: registry is unreachable ({self.scheme}://{self.registry}/v2/)") from None
@@ -133,7 +139,7 @@ class RegistryClient:
         if not realm:
             raise RegistryError(f"{self.registry}: malformed auth challenge")
         if scope:
-            params["scope"] = scope
+            params["scope"] = scope.split()      # several scopes (a cross-repository mount) as repeated params
         try:
             response = requests.get(realm, params=params, auth=self._basic(), timeout=self.timeout)
         except requests.RequestException:
@@ -204,6 +210,72 @@ class RegistryClient:
             raise RegistryError(f"{self.registry}/{repository}:{tag}: registry stored digest {reported}, "
                                 f"sent {digest}")
         return digest
+
+
+    # -- blobs: what `make push` uploads ------------------------------------------------------------
+    def has_blob(self, repository: str, digest: str) -> bool:
+        response = self._request("HEAD", f"{repository}/blobs/{digest}", scope=f"repository:{repository}:pull,push")
+        if response.status_code in (200, 307):
+            return True
+        if response.status_code == 404:
+            return False
+        raise RegistryError(f"{self.registry}/{repository}@{digest}: blob check failed (HTTP {response.status_code})")
+
+    def _location(self, response: requests.Response) -> str:
+        location = response.headers.get("Location", "")
+        if not location:
+            raise RegistryError(f"{self.registry}: upload session without a Location header")
+        return urljoin(f"{self.scheme}://{self.registry}/", location)
+
+    def mount_blob(self, repository: str, digest: str, from_repository: str) -> bool:
+        """Cross-repository mount within this registry; False when the registry declines (then
+        the caller uploads), True when the blob is now in ``repository``."""
+        response = self._request("POST", f"{repository}/blobs/uploads/", params={"mount": digest, "from": from_repository},
+                                 scope=f"repository:{repository}:pull,push repository:{from_repository}:pull")
+        if response.status_code == 201:
+            return True
+        if response.status_code == 202:                      # declined: an upload session was opened instead
+            self._request("DELETE", self._location(response), scope=f"repository:{repository}:pull,push")
+            return False
+        raise RegistryError(f"{self.registry}/{repository}@{digest}: mount from {from_repository} failed "
+                            f"(HTTP {response.status_code}{_error_code(response)})")
+
+    def put_blob(self, repository: str, digest: str, data: bytes | Iterable[bytes]) -> None:
+        """Upload a blob: in one request from memory, or streamed (``data`` an iterator) with one
+        chunked PATCH; the registry checks the digest when the upload is closed."""
+        scope = f"repository:{repository}:pull,push"
+        response = self._request("POST", f"{repository}/blobs/uploads/", scope=scope)
+        if response.status_code != 202:
+            raise RegistryError(f"{self.registry}/{repository}: blob upload refused (HTTP {response.status_code}"
+                                f"{_error_code(response)})")
+        location = self._location(response)
+        body = data
+        if not isinstance(data, (bytes, bytearray)):
+            response = self._request("PATCH", location, scope=scope, data=data,
+                                     headers={"Content-Type": "application/octet-stream"})
+            if response.status_code != 202:
+                raise RegistryError(f"{self.registry}/{repository}@{digest}: blob upload failed "
+                                    f"(HTTP {response.status_code}{_error_code(response)})")
+            location, body = self._location(response), b""
+        response = self._request("PUT", location, scope=scope, params={"digest": digest}, data=body,
+                                 headers={"Content-Type": "application/octet-stream"})
+        if response.status_code != 201:
+            raise RegistryError(f"{self.registry}/{repository}@{digest}: blob upload refused "
+                                f"(HTTP {response.status_code}{_error_code(response)})")
+
+    def blob_chunks(self, repository: str, digest: str, chunk_size: int = 1 << 20) -> Iterator[bytes]:
+        """The blob's bytes as a stream of chunks; the digest is checked at the end."""
+        response = self._request("GET", f"{repository}/blobs/{digest}", scope=f"repository:{repository}:pull",
+                                 stream=True)
+        if response.status_code != 200:
+            raise RegistryError(f"{self.registry}/{repository}@{digest}: blob request failed (HTTP {response.status_code})")
+        hasher = hashlib.sha256()
+        with response:
+            for chunk in response.iter_content(chunk_size):
+                hasher.update(chunk)
+                yield chunk
+        if "sha256:" + hasher.hexdigest() != digest:
+            raise RegistryError(f"{self.registry}/{repository}@{digest}: blob content does not match its digest")
 
 
 def _error_code(response: requests.Response) -> str:

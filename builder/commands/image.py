@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from builder.engine import Engine
 from builder.errors import ValidationFailed
-from builder.lock import content_digest
-from builder.provenance import NS
-from builder.workflow import BUILD_DIR, Locked, build_image, check_inputs_against_lock, load_target
+from builder.workflow import (BUILD_DIR, Locked, assemble_image, check_inputs_against_lock, find_built, load_image,
+                              load_target, local_image, release, removed_unless_released)
 
 NAME = "image"
 HELP = "build the target's image from its lock, validate it, and tag it"
@@ -35,24 +34,8 @@ def print_plan(locked: Locked, log) -> None:
         pre = fp["pre"]["git_blob"][:10] if isinstance(fp["pre"], dict) else fp["pre"]
         log.result(f"file        {rel}: {pre} -> {fp['post']['git_blob'][:10]}")
     log.result(f"image       {locked.reference}  (+ {', '.join(target.aliases) or 'no aliases'})")
-    log.result("steps       check lock -> pull base -> patch -> docker build delta -> assemble config -> "
+    log.result("steps       check lock -> pull base -> patch -> write delta layer -> assemble config + manifest -> "
                "load -> validate -> tag")
-
-
-def existing_image(engine: Engine, locked: Locked) -> str | None:
-    """The local image already tagged with the content tag, if it carries this very lock."""
-    image_id = engine.image_id(locked.reference)
-    if image_id is None:
-        return None
-    labels = engine.inspect(image_id)["Config"].get("Labels") or {}
-    return image_id if labels.get(f"{NS}.lock.sha256") == content_digest(locked.lock) else None
-
-
-def release(engine: Engine, locked: Locked, image_id: str, log) -> None:
-    target = locked.inputs.target
-    for tag in (locked.tag, *target.aliases):
-        engine.tag(image_id, target.repository, tag)
-        log.info(f"tagged {target.repository}:{tag}")
 
 
 def run(args, log) -> int:
@@ -64,7 +47,7 @@ def run(args, log) -> int:
         print_plan(locked, log)
         return 0
     engine = Engine.connect()
-    image_id = None if args.rebuild else existing_image(engine, locked)
+    image_id = None if args.rebuild else local_image(engine, locked)
     if image_id is not None:
         log.result(f"{locked.reference} is up to date")
         log.result(f"{locked.reference} {image_id}")
@@ -75,21 +58,24 @@ def run(args, log) -> int:
         if image_id is not None:
             log.result(f"{locked.reference} {image_id} (pulled, not built)")
             return 0
-    image_id = build_image(engine, locked, log)
-    if args.rebuild:                                        # reproducibility check against the registry
-        delivery.check_reproduces(locked, image_id, log)
-    if args.skip_validation:
-        log.result(f"{image_id} (not validated, not tagged)")
-        return 0
-    from builder.validate import require_passed, run_validation
-    report_dir = BUILD_DIR / "reports" / target.name / locked.tag
-    with log.step("validate: smoke suite inside the image"):
-        result = run_validation(engine, image_id, report_dir, log=log.info)
-    if not result.passed:
-        raise ValidationFailed(f"{image_id}: validation failed ({', '.join(result.failed_checks)}); "
-                               f"no tag applied; report in {report_dir}")
-    require_passed(result)
-    with log.step("tag"):
-        release(engine, locked, image_id, log)
+    _, image = assemble_image(engine, locked, log)
+    preexisting = find_built(engine, image) is not None
+    image_id = load_image(engine, image, log)
+    with removed_unless_released(engine, image_id, preexisting, log):
+        if args.rebuild:                                    # reproducibility check against the registry
+            delivery.check_reproduces(locked, image, log)
+        if args.skip_validation:
+            log.result(f"{image_id} (not validated, not tagged)")
+            return 0
+        from builder.validate import run_validation
+        report_dir = BUILD_DIR / "reports" / target.name / locked.tag
+        with log.step("validate: smoke suite inside the image"):
+            result = run_validation(engine, image_id, report_dir, log=log.info)
+        if not result.passed:
+            raise ValidationFailed(f"{image_id}: validation failed ({', '.join(result.failed_checks)}); "
+                                   f"no tag applied; report in {report_dir}")
+        with log.step("tag"):
+            release(engine, locked, image_id, log)
+    log.info(f"manifest {image.manifest_digest}, config {image.config_digest}")
     log.result(f"{locked.reference} {image_id}")
     return 0

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import re
 import tarfile
+from pathlib import Path
 
 import pytest
 import yaml
@@ -14,6 +16,7 @@ from builder.lock import content_digest, content_tag, read_lock
 
 
 pytestmark = pytest.mark.docker
+REPO = Path(__file__).resolve().parents[2]
 IMAGE_ID_RE = re.compile(r"^(sha256:[0-9a-f]{64}) \(not validated, not tagged\)$", re.M)
 
 
@@ -65,7 +68,7 @@ def test_rebuild_after_wipe_gives_the_same_id(locked_project, built, docker_clie
     image_id, _ = built
     lock = read_lock(locked_project / "locks/standin.lock.yaml")
     docker_client.api.remove_image(image_id, force=True)
-    docker_client.api.remove_image(f"m3-image-delta/standin:{content_tag(lock)}", force=True)
+    assert not docker_client.api.images(filters={"reference": f"m3-image-delta/standin:{content_tag(lock)}"})
     result = builder_cli(locked_project, "image", "--target", "standin", "--rebuild", "--skip-validation")
     assert result.returncode == 0, result.stderr
     assert IMAGE_ID_RE.search(result.stdout).group(1) == image_id
@@ -77,10 +80,9 @@ def test_delta_is_one_small_normalized_layer(locked_project, built, docker_clien
     base_layers = docker_client.api.inspect_image(standin_base.reference)["RootFS"]["Layers"]
     layers = docker_client.api.inspect_image(image_id)["RootFS"]["Layers"]
     assert layers[:-1] == base_layers and len(layers) == len(base_layers) + 1
-    saved = b"".join(docker_client.api.get_image(f"m3-image-delta/standin:{content_tag(lock)}"))
-    with tarfile.open(fileobj=io.BytesIO(saved)) as outer:
-        manifest = json.load(outer.extractfile("manifest.json"))
-        layer = outer.extractfile(manifest[0]["Layers"][0]).read()
+    # The builder writes the layer itself (no engine build): its bytes are in build/context/.
+    layer = (REPO / "build/context/standin/image/delta.tar").read_bytes()
+    assert "sha256:" + hashlib.sha256(layer).hexdigest() == layers[-1]
     assert len(layer) < 1 << 20
     with tarfile.open(fileobj=io.BytesIO(layer)) as inner:
         members = inner.getmembers()
@@ -92,6 +94,11 @@ def test_delta_is_one_small_normalized_layer(locked_project, built, docker_clien
     assert not [n for n in names if not (n.startswith(root) or n.startswith("opt/m3-image/"))]
     assert {(m.uid, m.gid) for m in members} == {(0, 0)}
     assert len({m.mtime for m in members}) == 1
+    # the canonical form (docs/architecture.md): ustar only, permission bits, no owner names, sorted
+    assert {(m.uname, m.gname) for m in members} == {("", "")}
+    assert {m.mode for m in members} <= {0o644, 0o755} and not [m for m in members if m.pax_headers]
+    assert [m.name for m in members] == sorted((m.name for m in members), key=lambda n: n.encode())
+    assert {m.mode for m in members if m.isdir()} == {0o755}
 
 
 def test_labels_record_provenance(locked_project, built, docker_client, standin_base):
