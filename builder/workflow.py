@@ -77,7 +77,7 @@ def delta_of(locked: Locked, base: ResolvedBase, tree: PatchedTree, log: StepLog
         context = write_context(BUILD_DIR / "context" / target.name, locked.inputs, tree, locked.lock, labels,
                                 base_reference=target.base.reference, mtime=mtime)
         log.info(f"context {context.root}")
-    with log.step("write the delta layer (canonical tar, no engine)"):
+    with log.step("build delta layer (canonical tar written by the builder, no engine)"):
         layer = canonical_layer(context.delta, mtime)
         delta = Delta(layer=layer, diff_id="sha256:" + sha256_bytes(layer), labels=labels,
                       env=[f"{key}={value}" for key, value in sorted(target.env.items())])

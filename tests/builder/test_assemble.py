@@ -9,7 +9,7 @@ import tarfile
 
 import pytest
 
-from builder.assemble import Delta, compose_config, image_archive, read_delta
+from builder.assemble import Delta, assemble, compose_config, image_manifest, load_archive, read_delta
 from builder.base import ResolvedBase
 from builder.errors import EngineError
 from builder.spec import BaseImage
@@ -97,25 +97,77 @@ def test_base_is_not_mutated():
     assert base.raw_config == raw
 
 
-def test_image_archive():
-    base, delta = make_base(), make_delta()
-    config = compose_config(base, delta, "c")
-    archive, image_id = image_archive(config, base, delta)
-    assert image_id == "sha256:" + hashlib.sha256(config).hexdigest()
-    hex_id, hex_layer = image_id.split(":")[1], delta.diff_id.split(":")[1]
+BASE_LAYERS = [
+    {"mediaType": "application/vnd.docker.image.rootfs.diff.tar.gzip", "digest": "sha256:" + "3" * 64, "size": 10},
+    {"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip", "digest": "sha256:" + "4" * 64, "size": 20,
+     "annotations": {"dropped": "yes"}},
+]
+
+
+def with_manifest(base: ResolvedBase, layers=None) -> ResolvedBase:
+    manifest = {"schemaVersion": 2, "mediaType": "application/vnd.docker.distribution.manifest.v2+json",
+                "config": {"digest": base.config_digest}, "layers": BASE_LAYERS if layers is None else layers}
+    return ResolvedBase(image=base.image, manifest_digest=base.manifest_digest, config_digest=base.config_digest,
+                        raw_config=base.raw_config, raw_manifest=json.dumps(manifest).encode())
+
+
+def test_image_manifest_is_the_builders_own():
+    base, delta = with_manifest(make_base()), make_delta()
+    image = assemble(base, delta, "c")
+    manifest = json.loads(image.manifest)
+    assert image.config == compose_config(base, delta, "c")
+    assert manifest == {
+        "schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": image.config_digest,
+                   "size": len(image.config)},
+        "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip", "digest": "sha256:" + "3" * 64, "size": 10},
+                   {"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip", "digest": "sha256:" + "4" * 64, "size": 20},
+                   {"mediaType": "application/vnd.oci.image.layer.v1.tar", "digest": delta.diff_id,
+                    "size": len(delta.layer)}]}
+    assert image.manifest == json.dumps(manifest, separators=(",", ":")).encode()
+    assert image.manifest_digest == "sha256:" + hashlib.sha256(image.manifest).hexdigest()
+    assert assemble(with_manifest(make_base()), make_delta(), "c") == image          # byte-stable
+    assert image_manifest(image.config, base, delta.diff_id, len(delta.layer)) == image.manifest
+
+
+@pytest.mark.parametrize("layers, needle", [
+    ([{"mediaType": "application/vnd.docker.image.rootfs.foreign.diff.tar.gzip", "digest": "sha256:" + "3" * 64,
+       "size": 1}] * 2, "foreign or unknown layer"),
+    (BASE_LAYERS[:1], "lists 1 layers, its config 2"),
+])
+def test_image_manifest_refuses(layers, needle):
+    with pytest.raises(EngineError) as caught:
+        assemble(with_manifest(make_base(), layers), make_delta(), "c")
+    assert needle in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_load_archive():
+    image = assemble(with_manifest(make_base()), make_delta(), "c")
+    archive = load_archive(image)
+    blob = lambda digest: "blobs/sha256/" + digest.split(":")[1]
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
         members = tar.getmembers()
-        assert [m.name for m in members] == [f"{hex_id}.json", f"{hex_layer}/layer.tar", "manifest.json"]
+        names = [m.name for m in members]
+        assert names == sorted(names)
+        assert set(names) == {blob(image.config_digest), blob(image.delta.diff_id), blob(image.manifest_digest),
+                              "index.json", "manifest.json", "oci-layout"}
         for m in members:
-            assert m.isfile() and (m.mtime, m.uid, m.gid, m.mode) == (0, 0, 0, 0o644)
-        assert tar.extractfile(f"{hex_id}.json").read() == config
-        assert tar.extractfile(f"{hex_layer}/layer.tar").read() == delta.layer
-        manifest = json.load(tar.extractfile("manifest.json"))
-    assert manifest == [{"Config": f"{hex_id}.json", "RepoTags": None,
-                         "Layers": ["base/0/layer.tar", "base/1/layer.tar", f"{hex_layer}/layer.tar"]}]
-    assert len(manifest[0]["Layers"]) == len(BASE_DIFF_IDS) + 1
-    again, again_id = image_archive(compose_config(make_base(), make_delta(), "c"), make_base(), make_delta())
-    assert (again, again_id) == (archive, image_id)
+            assert m.isfile() and (m.mtime, m.uid, m.gid, m.mode, m.uname) == (0, 0, 0, 0o644, "")
+        read = lambda name: tar.extractfile(name).read()
+        assert read(blob(image.config_digest)) == image.config
+        assert read(blob(image.delta.diff_id)) == image.delta.layer
+        assert read(blob(image.manifest_digest)) == image.manifest
+        docker_manifest = json.loads(read("manifest.json"))
+        index = json.loads(read("index.json"))
+        assert json.loads(read("oci-layout")) == {"imageLayoutVersion": "1.0.0"}
+    # Docker's view: the config and every layer by blob path; the base layers are not shipped
+    assert docker_manifest == [{"Config": blob(image.config_digest), "RepoTags": None,
+                                "Layers": [blob("sha256:" + "3" * 64), blob("sha256:" + "4" * 64),
+                                           blob(image.delta.diff_id)]}]
+    # the OCI view: the builder's manifest
+    assert index["manifests"] == [{"mediaType": "application/vnd.oci.image.manifest.v1+json",
+                                   "digest": image.manifest_digest, "size": len(image.manifest)}]
+    assert load_archive(assemble(with_manifest(make_base()), make_delta(), "c")) == archive
 
 
 def _saved(layer: bytes, diff_ids: list[str] | None = None, layers: int = 1, images: int = 1) -> bytes:

@@ -249,3 +249,28 @@ def build_image(docker_client, tmp_path: Path, tag: str, files: dict[str, bytes]
     image, _ = docker_client.images.build(path=str(context), tag=tag, rm=True, forcerm=True, pull=False)
     shutil.rmtree(context)
     return image.id
+
+
+# -- small images made by the builder's own assembly (no engine) ------------------------------------
+def tiny_image(tmp_path: Path, files: dict[str, bytes], base_reference: str = "127.0.0.1:5000/m3-image/none:x"):
+    """(BuiltImage, ResolvedBase): one canonical layer on an empty base, for pushes through
+    the registry API that need no engine and no base layers."""
+    from builder.assemble import Delta, assemble
+    from builder.base import ResolvedBase
+    from builder.hashing import sha256_bytes
+    from builder.layer import canonical_layer
+    from builder.spec import BaseImage
+
+    root = tmp_path / f"tree-{uuid.uuid4().hex[:6]}"
+    for name, data in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_bytes(data)
+    layer = canonical_layer(root, 0)
+    raw_config = json.dumps({"architecture": "amd64", "os": "linux", "created": "1970-01-01T00:00:00Z",
+                             "rootfs": {"type": "layers", "diff_ids": []}}).encode()
+    base = ResolvedBase(image=BaseImage(image=base_reference.rsplit(":", 1)[0], digest="sha256:" + "0" * 64,
+                                        platform="linux/amd64"),
+                        manifest_digest="sha256:" + "0" * 64, config_digest="sha256:" + sha256_bytes(raw_config),
+                        raw_config=raw_config, raw_manifest=json.dumps({"layers": []}).encode())
+    delta = Delta(layer=layer, diff_id="sha256:" + sha256_bytes(layer), labels={"t": "1"}, env=[])
+    return assemble(base, delta, "tiny"), base

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import io
 import os
-import threading
 import time
+from contextlib import contextmanager
 
 import pytest
 
@@ -14,7 +14,7 @@ from builder.engine import check_stream
 from builder.errors import EngineError, RegistryError
 from builder.log import StepLog
 
-from .conftest import SESSION, build_image, builder_cli, free_port, quiet_log, one_error_line
+from .conftest import SESSION, build_image, builder_cli, free_port, one_error_line, quiet_log, tiny_image
 
 pytestmark = [pytest.mark.docker, pytest.mark.registry]
 
@@ -116,53 +116,55 @@ def test_error_inside_the_push_stream_raises(engine, docker_client, tmp_path):
     assert "connection refused" in message
 
 
-def test_existing_tag_with_a_different_digest_is_refused(engine, docker_client, tmp_path, registry):
+def test_existing_tag_with_a_different_digest_is_refused(tmp_path, registry):
     repository = f"{registry}/m3-image/delivery-conflict-{SESSION}"
-    first = build_image(docker_client, tmp_path, f"{repository}:content", {"/x": b"first"})
-    published = publish(engine, repository, "content", ["latest"], first, quiet_log())
-    second = build_image(docker_client, tmp_path, f"{repository}:content", {"/x": b"second"})
-    assert second != first
+    first, base = tiny_image(tmp_path, {"x": b"first"})
+    published = publish(repository, "content", ["latest"], first, base, quiet_log())
+    assert published.manifest_digest == first.manifest_digest and not published.no_op
+    second, _ = tiny_image(tmp_path, {"x": b"second"})
+    assert second.config_digest != first.config_digest
     with pytest.raises(TagConflict) as caught:
-        publish(engine, repository, "content", ["latest"], second, quiet_log())
+        publish(repository, "content", ["latest"], second, base, quiet_log())
     assert str(caught.value) == (
         f"push {repository}:content: the registry already holds this tag as {published.manifest_digest} "
-        f"(image {first}), not image {second}; a content tag is never overwritten")
+        f"(image {first.config_digest}), not image {second.config_digest}; a content tag is never overwritten")
     assert remote_image(f"{repository}:content").manifest_digest == published.manifest_digest
     assert remote_image(f"{repository}:latest").manifest_digest == published.manifest_digest
 
 
-def test_registry_down_mid_push_loses_nothing(engine, docker_client, tmp_path, throwaway_registry):
+def test_same_image_pushed_again_is_a_no_op(tmp_path, registry):
+    """A second builder (another engine, another machine) pushing the same lock: same bytes, no-op."""
+    repository = f"{registry}/m3-image/delivery-again-{SESSION}"
+    image, base = tiny_image(tmp_path, {"x": b"same"})
+    first = publish(repository, "content", ["latest"], image, base, quiet_log())
+    again, _ = tiny_image(tmp_path, {"x": b"same"})            # rebuilt from the same inputs
+    assert again.manifest == image.manifest
+    second = publish(repository, "content", ["latest"], again, base, quiet_log())
+    assert (first.no_op, second.no_op) == (False, True)
+    assert first.uploaded == len(image.delta.layer) + len(image.config) + len(image.manifest)
+    assert second.uploaded == 0 and second.manifest_digest == first.manifest_digest
+
+
+def test_registry_down_mid_push_loses_nothing(tmp_path, throwaway_registry):
     repository = f"{throwaway_registry.address}/m3-image/mid-push"
-    old = build_image(docker_client, tmp_path, f"{repository}:v1", {"/x": b"v1"})
-    before = publish(engine, repository, "v1", ["latest", "stable"], old, quiet_log())
-    big = build_image(docker_client, tmp_path, f"{repository}:v2", {"/blob": os.urandom(200 << 20)})
-    outcome: dict = {}
-    pushing = threading.Event()
+    old, base = tiny_image(tmp_path, {"x": b"v1"})
+    before = publish(repository, "v1", ["latest", "stable"], old, base, quiet_log())
+    big, _ = tiny_image(tmp_path, {"blob": os.urandom(64 << 20)})
 
-    class WatchingLog(StepLog):
-        def progress(self, text: str) -> None:
-            if "Pushing" in text:
-                pushing.set()
+    class KillingLog(StepLog):
+        """The registry goes away the moment the upload starts."""
+        @contextmanager
+        def step(self, title: str):
+            if title.startswith(f"push {repository}:v2"):
+                throwaway_registry.kill()
+            with super().step(title):
+                yield
 
-    def run():
-        try:
-            outcome["result"] = publish(engine, repository, "v2", ["latest", "stable"], big, WatchingLog(stream=io.StringIO()))
-        except Exception as exc:  # noqa: BLE001
-            outcome["error"] = exc
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    assert pushing.wait(120), "push never started uploading"
-    throwaway_registry.kill()
-    thread.join(300)
-    assert not thread.is_alive()
-    assert "result" not in outcome
-    error = outcome["error"]
-    assert isinstance(error, (EngineError, RegistryError)), repr(error)
-    message = str(error)
+    with pytest.raises((EngineError, RegistryError)) as caught:
+        publish(repository, "v2", ["latest", "stable"], big, base, KillingLog(stream=io.StringIO()))
+    message = str(caught.value)
     assert "\n" not in message and message.startswith(f"push {repository}:v2: "), message
     throwaway_registry.start()
     assert remote_image(f"{repository}:v2") is None
     for alias in ("latest", "stable"):
         assert remote_image(f"{repository}:{alias}").manifest_digest == before.manifest_digest
-    engine.remove(big)

@@ -165,3 +165,31 @@ def test_absent_base_is_refused(locked_project, tmp_path, builder_cli):
     assert result.returncode == 2
     assert "does not exist in the registry" in result.stderr
     assert not (tmp_path / "x.lock.yaml").exists()
+
+
+def test_rendered_dockerfile_agrees_with_the_layer(locked_project, built, docker_client):
+    """The Dockerfile stays as the readable recipe: built by the engine, it gives the same files,
+    modes, labels and env as the layer and config the builder writes (header bytes aside)."""
+    from builder.assemble import read_delta
+    from builder.engine import Engine
+
+    image_id, _ = built
+    context = REPO / "build/context/standin"
+    ours = (context / "image/delta.tar").read_bytes()
+    tag = f"m3-image-test/dockerfile-agrees:{image_id.split(':')[1][:12]}"
+    engine = Engine(docker_client)
+    engine.build(context, "Dockerfile", tag)
+    try:
+        theirs = read_delta(engine.save(tag))
+    finally:
+        engine.remove(tag)
+
+    def files(layer: bytes) -> dict:
+        with tarfile.open(fileobj=io.BytesIO(layer)) as tar:
+            return {m.name.rstrip("/"): (m.type, m.mode & 0o7777, tar.extractfile(m).read() if m.isfile() else None)
+                    for m in tar.getmembers()}
+
+    assert files(theirs.layer) == files(ours)
+    config = docker_client.api.inspect_image(image_id)["Config"]
+    assert theirs.labels and {k: config["Labels"][k] for k in theirs.labels} == theirs.labels
+    assert set(theirs.env) <= set(config["Env"])
