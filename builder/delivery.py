@@ -31,6 +31,7 @@ from builder.assemble import OCI_MANIFEST, BuiltImage, image_manifest
 from builder.base import ResolvedBase
 from builder.engine import Engine
 from builder.errors import BuilderError, EngineError, RegistryError
+from builder.hashing import sha256_bytes
 from builder.lock import content_digest
 from builder.provenance import NS
 from builder.registry import DOCKER_HUB, INDEX_TYPES, Manifest, client_for, parse_reference
@@ -291,3 +292,27 @@ def pyxis_image(name: str, manifest_digest: str) -> str:
 
 def is_index(remote: RemoteImage) -> bool:
     return remote.manifest.media_type in INDEX_TYPES
+
+
+def published_as_predicted(locked, *, verb: str) -> RemoteImage:
+    """The registry's copy of the lock's content tag, accepted only when it carries this lock and
+    its manifest is exactly the one the builder computes for that lock on its base (so a copy
+    pushed by an engine, with the engine's compression, is told apart). One line otherwise."""
+    reference = locked.reference
+    remote = remote_image(reference, locked.inputs.target.base.platform, verb=verb)
+    if remote is None:
+        raise RegistryError(f"{verb} {reference}: no such tag in the registry; push it first (`make push`)")
+    expected_lock = content_digest(locked.lock)
+    if remote.lock_digest != expected_lock:
+        raise RegistryError(f"{verb} {reference}: the registry's image carries {LOCK_LABEL}="
+                            f"{remote.lock_digest or 'nothing'}, not this lock's {expected_lock}; refusing it")
+    from builder.base import resolve_base
+    try:
+        expected = expected_manifest(remote, resolve_base(locked.inputs.target.base))
+    except BuilderError as exc:
+        raise RegistryError(f"{verb} {reference}: {exc}") from None
+    predicted = "sha256:" + sha256_bytes(expected) if expected is not None else None
+    if predicted != remote.manifest_digest:
+        raise RegistryError(f"{verb} {reference}: the registry holds manifest {remote.manifest_digest}, the lock "
+                            f"predicts {predicted or 'a single-platform manifest'}; not the builder's push, refusing it")
+    return remote

@@ -92,9 +92,15 @@ def check_files(read: Reader, lock: dict) -> list[str]:
 def check_layers(engine: Engine, image: str, lock: dict) -> tuple[list[str], bool]:
     """(problems, checked): the image must be the base's layers plus one; skipped without the base."""
     base_id = lock["base"].get("config")
-    if not base_id or engine.image_id(base_id) != base_id:
+    names = [n for n in (base_id, lock["base"].get("manifest"), lock["base"].get("digest")) if n]
+    base_layers = None
+    for name in names:                  # classic stores and Podman: config digest; containerd: manifest
+        found = engine.image_id(name)
+        if found is not None and found in names:
+            base_layers = engine.inspect(name)["RootFS"]["Layers"]
+            break
+    if not base_id or base_layers is None:
         return [], False
-    base_layers = engine.inspect(base_id)["RootFS"]["Layers"]
     layers = engine.inspect(image)["RootFS"]["Layers"]
     if layers[: len(base_layers)] != base_layers:
         return [f"layers: not built on the locked base {base_id}"], True

@@ -71,3 +71,43 @@ def test_resolve_of_a_missing_tag_is_one_line(plain_project, plain_pushed):
     reference = f"{plain_project.repository}:no-such-tag"
     line = one_error_line(builder_cli(plain_project, "resolve", reference))
     assert line == f"error: resolve {reference}: no such tag in the registry; push it first (`make push`)"
+
+
+def test_pushed_manifest_is_the_builders_and_resolve_checks_it(plain_project, plain_image, plain_pushed):
+    """The registry holds the very manifest the builder computed (build/context/<target>/image/)."""
+    import hashlib
+    import json
+    manifest = (plain_project.root / "build/context/standin/image/manifest.json").read_bytes()
+    digest = "sha256:" + hashlib.sha256(manifest).hexdigest()
+    assert json.loads(manifest)["layers"][-1]["mediaType"] == "application/vnd.oci.image.layer.v1.tar"
+    values = resolved(builder_cli(plain_project, "resolve", "--target", "standin"))
+    assert values["MANIFEST_DIGEST"] == digest == remote_image(plain_project.reference()).manifest_digest
+    assert values["IMAGE"].endswith("@" + digest)
+
+
+def test_verify_without_image_checks_the_predicted_registry_copy(plain_project, plain_image, plain_pushed):
+    result = builder_cli(plain_project, "verify", "--target", "standin")
+    assert result.returncode == 0, result.stderr
+    digest = remote_image(plain_project.reference()).manifest_digest
+    assert result.stdout.strip() == (f"{plain_project.repository}@{digest}: verified against "
+                                     f"{plain_project.lock_file} (content tag {plain_project.tag()}, "
+                                     f"image {plain_image})")
+
+
+def test_resolve_refuses_a_copy_the_lock_does_not_predict(snapshot, standin_project, registry, engine):
+    """The same image pushed by the engine (its own gzip, its own manifest): labels match, manifest
+    digest does not; resolve by the lock refuses it."""
+    from .conftest import build_and_release, locked, make_project
+    from tests.delivery.conftest import SESSION
+    project = locked(make_project(snapshot, standin_project, "delivery-engine-pushed",
+                                  f"{registry}/m3-image/delivery-engine-pushed-{SESSION}", []))
+    image_id, _ = build_and_release(project, engine)
+    engine_digest = engine.push(project.repository, project.tag())
+    line = one_error_line(builder_cli(project, "resolve", "--target", "standin"))
+    assert line.startswith(f"error: resolve {project.reference()}: the registry holds manifest {engine_digest}, "
+                           "the lock predicts sha256:")
+    assert line.endswith("not the builder's push, refusing it")
+    # and `make push` will not overwrite that content tag
+    pushed = builder_cli(project, "push", "--target", "standin")
+    assert "a content tag is never overwritten" in one_error_line(pushed)
+    engine.untag(project.reference())
