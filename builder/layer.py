@@ -2,7 +2,7 @@
 
 No engine writes this layer, so no engine's version can change it (Docker 20.10 writes
 file-type bits into ``mode`` and ``root`` as owner names, Docker 28 and Podman do not). The
-form, documented in docs/architecture.md:
+form, documented in docs/delivery.md ("The image's bytes belong to the builder"):
 
 * POSIX ustar headers only (magic ``ustar\\0``, version ``00``): no pax or GNU records at all;
   a path that does not fit ustar's 155-byte prefix + 100-byte name is refused;

@@ -20,7 +20,7 @@ start_engine() {
     local dir=$repo/build/engines/$name
     local url=unix://$dir/run/$socket
     if docker inspect -f '{{.State.Running}}' "$container" 2>/dev/null | grep -q true \
-        && curl -sf --unix-socket "$dir/run/$socket" http://engine/_ping >/dev/null 2>&1; then
+        && DOCKER_HOST=$url docker version >/dev/null 2>&1; then
         echo "$url"; return 0
     fi
     docker rm -f "$container" >/dev/null 2>&1 || true
@@ -31,7 +31,7 @@ start_engine() {
     docker run -d --name "$container" --label m3-image.nested-engine="$name" "${ENGINE_OPTS[@]}" \
         -v "$dir/run:/run/m3-engine" -v "$dir/data:$4" "$image" sh -c "$command" >/dev/null
     for ((i = 0; i < 300; i++)); do
-        if curl -sf --unix-socket "$dir/run/$socket" http://engine/_ping >/dev/null 2>&1; then
+        if DOCKER_HOST=$url docker version >/dev/null 2>&1; then
             echo "$url"; return 0
         fi
         docker inspect -f '{{.State.Running}}' "$container" 2>/dev/null | grep -q true || break

@@ -94,7 +94,7 @@ def test_delta_is_one_small_normalized_layer(locked_project, built, docker_clien
     assert not [n for n in names if not (n.startswith(root) or n.startswith("opt/m3-image/"))]
     assert {(m.uid, m.gid) for m in members} == {(0, 0)}
     assert len({m.mtime for m in members}) == 1
-    # the canonical form (docs/architecture.md): ustar only, permission bits, no owner names, sorted
+    # the canonical form (docs/delivery.md): ustar only, permission bits, no owner names, sorted
     assert {(m.uname, m.gname) for m in members} == {("", "")}
     assert {m.mode for m in members} <= {0o644, 0o755} and not [m for m in members if m.pax_headers]
     assert [m.name for m in members] == sorted((m.name for m in members), key=lambda n: n.encode())
