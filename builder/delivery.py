@@ -129,21 +129,28 @@ def pull_if_published(engine: Engine, locked, log) -> str | None:
             log.info("not published (or registry not reachable): building")
             return None
         log.info(f"published as {remote.pinned} (image {remote.config_digest})")
+    from builder.verify import require_verified
+    from builder.workflow import removed_unless_released
+
+    def find() -> str | None:
+        return engine.find_image([remote.config_digest, remote.manifest_digest], remote.diff_ids,
+                                 config_digest=remote.config_digest)
+
+    preexisting = find() is not None
     with log.step(f"pull {remote.pinned} instead of building"):
         engine.pull(remote.pinned, log.progress)
-        image_id = engine.find_image([remote.config_digest, remote.manifest_digest], remote.diff_ids,
-                                     config_digest=remote.config_digest)
+        image_id = find()
         if image_id is None:
             raise EngineError(f"pull {remote.pinned}: {engine.describe()} holds no image with the registry's "
                               f"config {remote.config_digest} and its layers")
         log.info(f"pulled {remote.pinned}: image {image_id}")
-    with log.step("verify the pulled image against the lock"):
-        from builder.verify import require_verified
-        require_verified(engine, image_id, locked.lock, what=remote.pinned)
-    with log.step("tag"):
-        for tag in (locked.tag, *target.aliases):
-            engine.tag(image_id, target.repository, tag)
-            log.info(f"tagged {target.repository}:{tag}")
+    with removed_unless_released(engine, image_id, preexisting, log):     # a refused pull leaves nothing
+        with log.step("verify the pulled image against the lock"):
+            require_verified(engine, image_id, locked.lock, what=remote.pinned)
+        with log.step("tag"):
+            for tag in (locked.tag, *target.aliases):
+                engine.tag(image_id, target.repository, tag)
+                log.info(f"tagged {target.repository}:{tag}")
     return image_id
 
 
