@@ -20,6 +20,7 @@ import builder
 from builder.dockerfile import render_delta_dockerfile
 from builder.errors import PatchError
 from builder.inputs import SMOKE_DIR, Inputs, smoke_files
+from builder.lock import Lock, lock_json
 from builder.tree import PatchedTree
 
 INSTALL_DIR = PurePosixPath("/opt/m3-image")
@@ -70,7 +71,7 @@ def smoke_manifest(inputs: Inputs, tree: PatchedTree) -> dict:
     }
 
 
-def write_context(root: Path, inputs: Inputs, tree: PatchedTree, lock: dict, labels: dict[str, str],
+def write_context(root: Path, inputs: Inputs, tree: PatchedTree, lock: Lock, labels: dict[str, str],
                   base_reference: str, mtime: int) -> BuildContext:
     if root.exists():
         shutil.rmtree(root)
@@ -84,7 +85,7 @@ def write_context(root: Path, inputs: Inputs, tree: PatchedTree, lock: dict, lab
     for path in smoke_files():
         _place(delta, SMOKE_INSTALL / path.relative_to(SMOKE_DIR).as_posix(), path.read_bytes())
     _place(delta, MANIFEST_PATH, (json.dumps(smoke_manifest(inputs, tree), indent=2, sort_keys=True) + "\n").encode())
-    _place(delta, LOCK_PATH, (json.dumps(lock, indent=2, sort_keys=True) + "\n").encode())
+    _place(delta, LOCK_PATH, lock_json(lock))
     for dirpath, dirnames, filenames in os.walk(delta):
         os.chmod(dirpath, 0o755)
         for name in filenames:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
 from pathlib import Path
 
 
@@ -21,6 +22,20 @@ def sha256_file(path: Path) -> str:
 def git_blob_id(data: bytes) -> str:
     """The id ``git hash-object`` gives these bytes: how upstream names file versions."""
     return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+@dataclass(frozen=True)
+class Fingerprint:
+    """A file's content as the lock and the image manifest record it: git blob id and sha256."""
+    git_blob: str
+    sha256: str
+
+    @classmethod
+    def of(cls, data: bytes) -> "Fingerprint":
+        return cls(git_blob=git_blob_id(data), sha256=sha256_bytes(data))
+
+    def as_dict(self) -> dict[str, str]:
+        return {"git_blob": self.git_blob, "sha256": self.sha256}
 
 
 def tree_digest(root: Path, files: list[Path]) -> str:
