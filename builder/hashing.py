@@ -1,4 +1,8 @@
-"""Content fingerprints: sha256 for our own inputs, git blob ids to match upstream vLLM files."""
+"""Content fingerprints: sha256 for our own inputs, git blob ids to match upstream vLLM files.
+
+The byte-level functions are the smoke suite's own (``m3_smoke.fingerprint``), so what the
+builder records and what the suite checks inside the image cannot disagree.
+"""
 
 from __future__ import annotations
 
@@ -6,9 +10,9 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from m3_smoke.fingerprint import git_blob_id, sha256_bytes
 
-def sha256_bytes(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
+__all__ = ["Fingerprint", "git_blob_id", "sha256_bytes", "sha256_file", "tree_digest"]
 
 
 def sha256_file(path: Path) -> str:
@@ -17,11 +21,6 @@ def sha256_file(path: Path) -> str:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
-
-
-def git_blob_id(data: bytes) -> str:
-    """The id ``git hash-object`` gives these bytes: how upstream names file versions."""
-    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
 
 
 @dataclass(frozen=True)

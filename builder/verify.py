@@ -18,7 +18,7 @@ import json
 from pathlib import Path, PurePosixPath
 from typing import Callable
 
-from builder.context import LOCK_PATH, MANIFEST_PATH
+from builder.image_layout import LOCK_PATH, MANIFEST_PATH
 from builder.engine import Engine
 from builder.errors import BuilderError
 from builder.hashing import git_blob_id, sha256_bytes

@@ -16,7 +16,7 @@ from builder.errors import ValidationFailed
 from builder.engine import Engine
 from builder.validate import ValidationResult, _gpu_run_options, require_passed, run_validation
 from m3_smoke import CHECK_NAMES
-from m3_smoke.manifest import build_manifest
+from builder.manifest import tree_manifest
 
 from m3_smoke_testlib import CONFIGS, GOLDEN, SMOKE
 
@@ -47,8 +47,7 @@ def _manifest_for(files: dict[str, bytes], tree, tmp: Path) -> bytes:
             out = root / path[len(IMAGE_VLLM) + 1:]
             out.parent.mkdir(parents=True, exist_ok=True)
             out.write_bytes(data)
-    m = build_manifest(root, tree.patched, tree.tables, f"/opt/m3-image/smoke/golden/{GOLDEN.name}")
-    m["vllm_root"] = IMAGE_VLLM
+    m = tree_manifest(root, tree.patched, tree.tables, f"/opt/m3-image/smoke/golden/{GOLDEN.name}", vllm_root=IMAGE_VLLM)
     return json.dumps(m, indent=1).encode()
 
 
