@@ -335,6 +335,12 @@ def write_lock(path: Path, lock: Lock) -> None:
 
 
 def read_lock(path: Path) -> Lock:
+    return Lock.from_doc(read_lock_document(path), str(path))
+
+
+def read_lock_document(path: Path) -> dict:
+    """The lock file's document, schema checked, keys not (``builder lock`` diffs against it even
+    when an earlier builder wrote it differently)."""
     try:
         doc = yaml.safe_load(path.read_text())
     except FileNotFoundError:
@@ -347,7 +353,7 @@ def read_lock(path: Path) -> Lock:
         raise LockError(f"{path}: not valid YAML ({getattr(exc, 'problem', exc)})") from None
     if not isinstance(doc, dict) or doc.get("schema") != LOCK_SCHEMA:
         raise LockError(f"{path}: schema: expected {LOCK_SCHEMA}, got {doc.get('schema') if isinstance(doc, dict) else doc!r}")
-    return Lock.from_doc(doc, str(path))
+    return doc
 
 
 # -- drift ---------------------------------------------------------------------------------------
