@@ -9,7 +9,7 @@ IMAGE   ?=
 BUILDER := $(PY) -m builder --spec $(SPEC)
 TARGET_ARG := $(if $(TARGET),--target $(TARGET),)
 
-.PHONY: venv services standin lock image dry-run demo test validate push resolve verify bench bench-convert bench-delivery clean
+.PHONY: venv services standin lock image dry-run demo test unit validate push resolve verify bench bench-convert bench-delivery clean
 
 venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml requirements/vllm-runtime.txt
@@ -42,6 +42,9 @@ demo: venv services  ## from a fresh machine: stand-in base -> lock -> validated
 
 test: venv           ## the whole suite (docker tests included: run `make services` first)
 	$(PY) -m pytest -q
+
+unit: venv           ## fast engine-free unit tests (seconds): no docker, no registry, no network, no vLLM sources
+	$(PY) -m pytest -q -p no:cacheprovider -m "not docker and not registry and not vllm_sources" tests/unit tests/builder
 
 validate: venv       ## run the in-image smoke suite against IMAGE=ref
 	$(BUILDER) validate $(IMAGE)

@@ -28,7 +28,6 @@ import argparse
 import importlib.util
 import json
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -45,15 +44,12 @@ def patched_site_from_cache() -> Path:
     sys.path.insert(0, str(REPO))
     from builder.standin.vllm_sources import vllm_site
 
+    from builder.patchstack import apply_stack, load_series
+
     pristine = vllm_site(REPO / "build" / "cache")
     site = Path(tempfile.mkdtemp(prefix="bench-vllm-"))
     shutil.copytree(pristine / "vllm", site / "vllm")
-    for line in (REPO / "patches" / "series").read_text().splitlines():
-        name = line.split("#", 1)[0].strip()
-        if name:
-            subprocess.run(["patch", "-p1", "--forward", "--fuzz=0", "--batch",
-                            "--no-backup-if-mismatch", "-i", str(REPO / "patches" / name)],
-                           cwd=site, check=True, capture_output=True)
+    apply_stack(load_series(REPO / "patches" / "series"), site)     # the builder's own stack, zero fuzz
     return site
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import calendar
 import json
 import os
-import re
 import shutil
 import time
 from dataclasses import dataclass
@@ -19,15 +18,11 @@ from pathlib import Path, PurePosixPath
 import builder
 from builder.dockerfile import render_delta_dockerfile
 from builder.errors import PatchError
+from builder.image_layout import INSTALL_DIR, LOCK_PATH, MANIFEST_PATH, SMOKE_INSTALL  # noqa: F401 (re-exported)
 from builder.inputs import SMOKE_DIR, Inputs, smoke_files
+from builder.lock import Lock, lock_json
+from builder.manifest import image_manifest
 from builder.tree import PatchedTree
-
-INSTALL_DIR = PurePosixPath("/opt/m3-image")
-MANIFEST_PATH = INSTALL_DIR / "manifest.json"
-LOCK_PATH = INSTALL_DIR / "lock.json"
-SMOKE_INSTALL = INSTALL_DIR / "smoke"
-DEVICE_NAME = "AMD_Instinct_MI300X"
-_TABLE_RE = re.compile(r"^E=(\d+),N=(\d+),")
 
 
 @dataclass(frozen=True)
@@ -51,26 +46,13 @@ def _place(delta: Path, image_path: PurePosixPath, data: bytes, executable: bool
 
 
 def smoke_manifest(inputs: Inputs, tree: PatchedTree) -> dict:
-    target = inputs.target
-    tables = []
-    for table in inputs.tables:
-        m = _TABLE_RE.match(table.name)
-        tables.append({"file": table.name, "sha256": table.sha256,
-                       "E": int(m.group(1)) if m else None, "N": int(m.group(2)) if m else None})
     goldens = sorted(p for p in (SMOKE_DIR / "golden").glob("*") if p.is_file()) if (SMOKE_DIR / "golden").is_dir() else []
-    return {
-        "schema": 1,
-        "target": target.name,
-        "vllm_root": str(target.vllm_root),
-        "patched_files": {rel: fp.as_dict() for rel, fp in sorted(tree.post.items()) if fp is not None},
-        "tables": tables,
-        "device_name": DEVICE_NAME,
-        "golden": str(SMOKE_INSTALL / "golden" / goldens[0].name) if goldens else None,
-        "thresholds": {},
-    }
+    return image_manifest(target=inputs.target.name, vllm_root=str(inputs.target.vllm_root), patched_files=tree.post,
+                          tables=[(t.name, t.sha256) for t in inputs.tables],
+                          golden=str(SMOKE_INSTALL / "golden" / goldens[0].name) if goldens else None)
 
 
-def write_context(root: Path, inputs: Inputs, tree: PatchedTree, lock: dict, labels: dict[str, str],
+def write_context(root: Path, inputs: Inputs, tree: PatchedTree, lock: Lock, labels: dict[str, str],
                   base_reference: str, mtime: int) -> BuildContext:
     if root.exists():
         shutil.rmtree(root)
@@ -84,7 +66,7 @@ def write_context(root: Path, inputs: Inputs, tree: PatchedTree, lock: dict, lab
     for path in smoke_files():
         _place(delta, SMOKE_INSTALL / path.relative_to(SMOKE_DIR).as_posix(), path.read_bytes())
     _place(delta, MANIFEST_PATH, (json.dumps(smoke_manifest(inputs, tree), indent=2, sort_keys=True) + "\n").encode())
-    _place(delta, LOCK_PATH, (json.dumps(lock, indent=2, sort_keys=True) + "\n").encode())
+    _place(delta, LOCK_PATH, lock_json(lock))
     for dirpath, dirnames, filenames in os.walk(delta):
         os.chmod(dirpath, 0o755)
         for name in filenames:

@@ -1,13 +1,18 @@
-"""Content fingerprints: sha256 for our own inputs, git blob ids to match upstream vLLM files."""
+"""Content fingerprints: sha256 for our own inputs, git blob ids to match upstream vLLM files.
+
+The byte-level functions are the smoke suite's own (``m3_smoke.fingerprint``), so what the
+builder records and what the suite checks inside the image cannot disagree.
+"""
 
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
 from pathlib import Path
 
+from m3_smoke.fingerprint import git_blob_id, sha256_bytes
 
-def sha256_bytes(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
+__all__ = ["Fingerprint", "git_blob_id", "sha256_bytes", "sha256_file", "tree_digest"]
 
 
 def sha256_file(path: Path) -> str:
@@ -18,9 +23,18 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
-def git_blob_id(data: bytes) -> str:
-    """The id ``git hash-object`` gives these bytes: how upstream names file versions."""
-    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+@dataclass(frozen=True)
+class Fingerprint:
+    """A file's content as the lock and the image manifest record it: git blob id and sha256."""
+    git_blob: str
+    sha256: str
+
+    @classmethod
+    def of(cls, data: bytes) -> "Fingerprint":
+        return cls(git_blob=git_blob_id(data), sha256=sha256_bytes(data))
+
+    def as_dict(self) -> dict[str, str]:
+        return {"git_blob": self.git_blob, "sha256": self.sha256}
 
 
 def tree_digest(root: Path, files: list[Path]) -> str:

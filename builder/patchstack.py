@@ -57,11 +57,25 @@ class Outcome:
 def load_series(series_file: Path) -> list[Patch]:
     """Parse a quilt ``series`` file and each patch it lists; refuses unsafe or malformed patches."""
     series_file = Path(series_file)
+    patches = [_load_patch((series_file.parent / name).resolve(), f"{series_file}:{lineno}")
+               for lineno, name in _series_entries(series_file)]
+    if not patches:
+        raise PatchError(f"{series_file}: the series lists no patches")
+    return patches
+
+
+def read_series(series_file: Path) -> list[str]:
+    """The patch file names a quilt ``series`` lists, in order (checked, not opened)."""
+    return [name for _, name in _series_entries(Path(series_file))]
+
+
+def _series_entries(series_file: Path) -> list[tuple[int, str]]:
+    """(line number, patch name) per entry: ``#`` comments and blank lines skipped, ``-p1`` only."""
     try:
         lines = series_file.read_text().splitlines()
     except OSError as exc:
         raise PatchError(f"{series_file}: cannot read series: {exc.strerror}") from None
-    patches = []
+    entries = []
     seen = set()
     for lineno, raw in enumerate(lines, 1):
         line = raw.split("#", 1)[0].strip()
@@ -75,10 +89,8 @@ def load_series(series_file: Path) -> list[Patch]:
         if name in seen:
             raise PatchError(f"{series_file}:{lineno}: {name} is listed twice")
         seen.add(name)
-        patches.append(_load_patch((series_file.parent / name).resolve(), f"{series_file}:{lineno}"))
-    if not patches:
-        raise PatchError(f"{series_file}: the series lists no patches")
-    return patches
+        entries.append((lineno, name))
+    return entries
 
 
 def _load_patch(path: Path, where: str) -> Patch:
@@ -146,11 +158,15 @@ def touched_files(patches: list[Patch]) -> list[str]:
     return list(dict.fromkeys(f for p in patches for f in p.files))
 
 
-def _run_patch(args: list[str], tree: Path, patch: Path) -> subprocess.CompletedProcess:
-    # --forward always: with --batch alone GNU patch silently reverses a patch it
-    # believes applied. --fuzz=0: context must match exactly (line offsets are fine).
-    cmd = ["patch", "-p1", "--fuzz=0", "--batch", "--no-backup-if-mismatch",
-           "--reject-file=-", "-d", str(tree), "-i", str(patch), *args]
+# --fuzz=0: context must match exactly (line offsets are fine); no backups, no .rej files.
+PATCH_FLAGS = ("-p1", "--fuzz=0", "--batch", "--no-backup-if-mismatch", "--reject-file=-")
+
+
+def run_patch(tree: Path, patch: Path, *args: str) -> subprocess.CompletedProcess:
+    """GNU patch with the stack's flags on ``tree`` (the folder holding ``vllm/``); ``args`` add
+    ``--forward``, ``--reverse``, ``--dry-run``. Always pass ``--forward`` or ``--reverse``: with
+    ``--batch`` alone GNU patch silently reverses a patch it believes applied."""
+    cmd = ["patch", *PATCH_FLAGS, "-d", str(tree), "-i", str(patch), *args]
     env = dict(os.environ, LC_ALL="C", POSIXLY_CORRECT="")
     env.pop("POSIXLY_CORRECT")
     try:
@@ -193,14 +209,14 @@ def apply_stack(patches: list[Patch], parent: Path) -> list[Outcome]:
                 shutil.copy2(parent / rel, work / rel)
         outcomes = []
         for patch in patches:
-            forward = _run_patch(["--forward", "--dry-run"], work, patch.path)
+            forward = run_patch(work, patch.path, "--forward", "--dry-run")
             if forward.returncode == 0:
-                done = _run_patch(["--forward"], work, patch.path)
+                done = run_patch(work, patch.path, "--forward")
                 if done.returncode != 0:
                     raise _conflict(patch, done)
                 outcomes.append(Outcome(patch, "applied", done.stdout.strip()))
                 continue
-            reverse = _run_patch(["--reverse", "--dry-run"], work, patch.path)
+            reverse = run_patch(work, patch.path, "--reverse", "--dry-run")
             if reverse.returncode == 0:
                 outcomes.append(Outcome(patch, "already-applied", reverse.stdout.strip()))
                 continue

@@ -24,45 +24,12 @@ from docker import auth as docker_auth
 
 from builder.errors import RegistryError
 from builder.hashing import sha256_bytes
+from builder.reference import DOCKER_HUB, Reference, parse_reference  # noqa: F401 (re-exported)
 
 INDEX_TYPES = ("application/vnd.oci.image.index.v1+json",
                "application/vnd.docker.distribution.manifest.list.v2+json")
 MANIFEST_TYPES = ("application/vnd.oci.image.manifest.v1+json",
                   "application/vnd.docker.distribution.manifest.v2+json")
-DOCKER_HUB = "registry-1.docker.io"
-
-
-@dataclass(frozen=True)
-class Reference:
-    registry: str       # host[:port] the API lives on
-    repository: str     # path inside the registry
-    tag: str | None
-    digest: str | None
-
-    @property
-    def name(self) -> str:
-        host = "docker.io" if self.registry == DOCKER_HUB else self.registry
-        return f"{host}/{self.repository}"
-
-
-def parse_reference(ref: str) -> Reference:
-    name, digest = (ref.split("@", 1) + [None])[:2]
-    tag = None
-    last = name.rsplit("/", 1)[-1]
-    if ":" in last:
-        name, tag = name.rsplit(":", 1)
-    first, _, rest = name.partition("/")
-    if rest and ("." in first or ":" in first or first == "localhost"):
-        registry, repository = first, rest
-    else:
-        registry, repository = DOCKER_HUB, name
-    if registry in ("docker.io", "index.docker.io"):
-        registry = DOCKER_HUB
-    if registry == DOCKER_HUB and "/" not in repository:
-        repository = f"library/{repository}"
-    return Reference(registry=registry, repository=repository, tag=tag, digest=digest)
-
-
 @dataclass(frozen=True)
 class Manifest:
     digest: str

@@ -15,15 +15,10 @@ from typing import Any
 import yaml
 
 from builder.errors import SpecError
+from builder.reference import REFERENCE_RE, TAG_RE
 
 DIGEST_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
 BLOB_RE = re.compile(r"^[0-9a-f]{7,40}$")
-# name[:tag][@sha256:...]; registry host may carry a port (only before a '/': ``ubuntu:22`` is a tag).
-REFERENCE_RE = re.compile(
-    r"^(?P<name>[a-z0-9]+(?:[._-][a-z0-9]+)*(?::[0-9]+(?=/))?(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*)"
-    r"(?::(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}))?"
-    r"(?:@(?P<digest>sha256:[0-9a-f]{64}))?$"
-)
 LABEL_KEY_RE = re.compile(r"^[a-z0-9]+(?:[._-][a-z0-9]+)*$")
 ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 ABSENT = "absent"
@@ -254,8 +249,7 @@ def _load_target(r: _Reader, name: str, doc: Any) -> "Target | UnpinnedTarget":
     aliases_doc = output.get("aliases", [])
     if not isinstance(aliases_doc, list):
         raise r.fail(f"{key}.output.aliases", f"expected a list, got {aliases_doc!r}")
-    tag_re = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
-    aliases = tuple(r.string(a, f"{key}.output.aliases[{i}]", tag_re, "tag") for i, a in enumerate(aliases_doc))
+    aliases = tuple(r.string(a, f"{key}.output.aliases[{i}]", TAG_RE, "tag") for i, a in enumerate(aliases_doc))
 
     labels = {}
     for k, v in (r.mapping(doc.get("labels", {}), f"{key}.labels", set(doc.get("labels") or {}), set())).items():

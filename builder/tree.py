@@ -13,23 +13,10 @@ from pathlib import Path, PurePosixPath
 
 from builder.engine import Engine
 from builder.errors import PatchError
-from builder.hashing import git_blob_id, sha256_bytes
+from builder.hashing import Fingerprint
 from builder.inputs import Inputs
 from builder.patchstack import PATCH_ROOT, Outcome, apply_stack, touched_files
 from builder.spec import ABSENT
-
-
-@dataclass(frozen=True)
-class Fingerprint:
-    git_blob: str
-    sha256: str
-
-    @classmethod
-    def of(cls, data: bytes) -> "Fingerprint":
-        return cls(git_blob=git_blob_id(data), sha256=sha256_bytes(data))
-
-    def as_dict(self) -> dict:
-        return {"git_blob": self.git_blob, "sha256": self.sha256}
 
 
 @dataclass(frozen=True)

@@ -21,9 +21,10 @@ from typing import Callable
 
 from builder.engine import Engine
 from builder.errors import ValidationFailed
+from builder.image_layout import MANIFEST_PATH, SMOKE_INSTALL
 
-SMOKE_PATH = "/opt/m3-image/smoke"
-MANIFEST = "/opt/m3-image/manifest.json"
+SMOKE_PATH = str(SMOKE_INSTALL)
+MANIFEST = str(MANIFEST_PATH)
 REPORT_DIR_IN_CONTAINER = "/tmp/m3-smoke-report"
 REPORT_FILES = ("report.json", "junit.xml")
 KFD = "/dev/kfd"

@@ -18,11 +18,11 @@ import json
 from pathlib import Path, PurePosixPath
 from typing import Callable
 
-from builder.context import LOCK_PATH, MANIFEST_PATH
+from builder.image_layout import LOCK_PATH, MANIFEST_PATH
 from builder.engine import Engine
 from builder.errors import BuilderError
 from builder.hashing import git_blob_id, sha256_bytes
-from builder.lock import content_tag
+from builder.lock import Lock, content_tag
 from builder.provenance import NS, image_labels
 
 Reader = Callable[[list[str]], dict[str, bytes | None]]
@@ -37,36 +37,36 @@ def _short(value, width: int = 80) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
-def check_labels(labels: dict[str, str], lock: dict) -> list[str]:
-    expected = image_labels(lock, lock["inputs"].get("labels") or {})
+def check_labels(labels: dict[str, str], lock: Lock) -> list[str]:
+    expected = image_labels(lock, lock.inputs.labels)
     first = (f"{NS}.lock.sha256", f"{NS}.content-tag")          # the identity labels lead the report
     expected = {**{k: expected[k] for k in first}, **expected}
     return [f"label {key}: expected {_short(value)}, found {_short(labels.get(key, 'nothing'))}"
             for key, value in expected.items() if labels.get(key) != value]
 
 
-def check_files(read: Reader, lock: dict) -> list[str]:
-    root = PurePosixPath(lock["vllm"]["root"])
-    wanted = {str(root / rel): (rel, fp["post"]) for rel, fp in lock["files"].items()}
+def check_files(read: Reader, lock: Lock) -> list[str]:
+    root = PurePosixPath(lock.vllm.root)
+    wanted = {str(root / rel): (rel, change.post) for rel, change in (lock.files or {}).items()}
     paths = [*wanted, str(LOCK_PATH), str(MANIFEST_PATH)]
     found = read(paths)
     problems = []
     for path, (rel, post) in wanted.items():
         data = found.get(path)
-        if post == "absent" or post is None:
+        if post is None:
             if data is not None:
                 problems.append(f"file {rel}: expected absent, found one")
             continue
         if data is None:
             problems.append(f"file {rel}: missing")
-        elif git_blob_id(data) != post["git_blob"] or sha256_bytes(data) != post["sha256"]:
-            problems.append(f"file {rel}: sha256 {sha256_bytes(data)[:16]}..., lock says {post['sha256'][:16]}...")
+        elif git_blob_id(data) != post.git_blob or sha256_bytes(data) != post.sha256:
+            problems.append(f"file {rel}: sha256 {sha256_bytes(data)[:16]}..., lock says {post.sha256[:16]}...")
     raw_lock = found.get(str(LOCK_PATH))
     if raw_lock is None:
         problems.append(f"{LOCK_PATH}: missing")
     else:
         try:
-            if json.loads(raw_lock) != lock:
+            if json.loads(raw_lock) != lock.to_doc():
                 problems.append(f"{LOCK_PATH}: differs from the lock (content tag "
                                 f"{content_tag(json.loads(raw_lock))}, expected {content_tag(lock)})")
         except (ValueError, KeyError, AttributeError, TypeError):
@@ -78,10 +78,10 @@ def check_files(read: Reader, lock: dict) -> list[str]:
         try:
             manifest = json.loads(raw_manifest)
             tables = {t["file"]: t["sha256"] for t in manifest.get("tables", [])}
-            want = {t["file"].rsplit("/", 1)[-1]: t["sha256"] for t in lock["inputs"]["tables"]}
+            want = {t.name: t.sha256 for t in lock.inputs.tables}
             if tables != want:
                 problems.append(f"{MANIFEST_PATH}: tables differ from the lock")
-            posts = {rel: fp["post"] for rel, fp in lock["files"].items() if isinstance(fp["post"], dict)}
+            posts = {rel: change.post.as_dict() for rel, change in (lock.files or {}).items() if change.post is not None}
             if manifest.get("patched_files") != posts:
                 problems.append(f"{MANIFEST_PATH}: patched file fingerprints differ from the lock")
         except (ValueError, KeyError, AttributeError, TypeError):
@@ -89,10 +89,10 @@ def check_files(read: Reader, lock: dict) -> list[str]:
     return problems
 
 
-def check_layers(engine: Engine, image: str, lock: dict) -> tuple[list[str], bool]:
+def check_layers(engine: Engine, image: str, lock: Lock) -> tuple[list[str], bool]:
     """(problems, checked): the image must be the base's layers plus one; skipped without the base."""
-    base_id = lock["base"].get("config")
-    names = [n for n in (base_id, lock["base"].get("manifest"), lock["base"].get("digest")) if n]
+    base_id = lock.base.config
+    names = [n for n in (base_id, lock.base.manifest, lock.base.digest) if n]
     base_layers = None
     for name in names:                  # classic stores and Podman: config digest; containerd: manifest
         found = engine.image_id(name)
@@ -109,7 +109,7 @@ def check_layers(engine: Engine, image: str, lock: dict) -> tuple[list[str], boo
     return [], True
 
 
-def image_problems(engine: Engine, image: str, lock: dict) -> tuple[list[str], list[str]]:
+def image_problems(engine: Engine, image: str, lock: Lock) -> tuple[list[str], list[str]]:
     """(problems, notes) for an image in the engine."""
     labels = engine.inspect(image)["Config"].get("Labels") or {}
     problems = check_labels(labels, lock)
@@ -119,11 +119,11 @@ def image_problems(engine: Engine, image: str, lock: dict) -> tuple[list[str], l
 
     problems += check_files(read, lock)
     layer_problems, checked = check_layers(engine, image, lock)
-    notes = [] if checked else [f"layers not checked: base {lock['base'].get('config')} is not in the engine"]
+    notes = [] if checked else [f"layers not checked: base {lock.base.config} is not in the engine"]
     return problems + layer_problems, notes
 
 
-def rootfs_problems(rootfs: Path, lock: dict) -> list[str]:
+def rootfs_problems(rootfs: Path, lock: Lock) -> list[str]:
     """Problems for an unpacked root file system (e.g. an enroot container); labels are not there."""
     def read(paths: list[str]) -> dict[str, bytes | None]:
         out = {}
@@ -141,7 +141,7 @@ def refuse(what: str, problems: list[str], lock_name: str) -> VerificationFailed
                               details=problems)
 
 
-def require_verified(engine: Engine, image: str, lock: dict, what: str | None = None) -> list[str]:
+def require_verified(engine: Engine, image: str, lock: Lock, what: str | None = None) -> list[str]:
     """Raise :class:`VerificationFailed` unless ``image`` matches ``lock``; returns notes."""
     problems, notes = image_problems(engine, image, lock)
     if problems:

@@ -16,7 +16,7 @@ from builder.errors import EngineError, LockError
 from builder.hashing import sha256_bytes
 from builder.inputs import PROJECT_DIR, Inputs, collect_inputs
 from builder.layer import canonical_layer
-from builder.lock import compute_lock, content_digest, content_tag, inputs_section, lock_inputs, read_lock, require_match
+from builder.lock import Lock, compute_lock, content_digest, content_tag, inputs_section, lock_inputs, read_lock, require_match
 from builder.log import StepLog
 from builder.provenance import NS, image_labels
 from builder.spec import Target, load_spec
@@ -33,7 +33,7 @@ def load_target(spec_file: str, name: str | None) -> Target:
 class Locked:
     """A target whose working-tree inputs match its committed lock."""
     inputs: Inputs
-    lock: dict
+    lock: Lock
 
     @property
     def tag(self) -> str:
@@ -48,13 +48,13 @@ def check_inputs_against_lock(target: Target) -> Locked:
     inputs = collect_inputs(target)
     locked = read_lock(target.lock_file)
     require_match(target.lock_file, inputs_section(locked), lock_inputs(inputs))
-    if "files" not in locked:
+    if locked.files is None:
         raise LockError(f"{target.lock_file}: files: missing; re-run `python -m builder lock`")
     return Locked(inputs=inputs, lock=locked)
 
 
 def resolve_and_patch(engine: Engine, inputs: Inputs, log: StepLog,
-                      workdir: Path) -> tuple[ResolvedBase, dict, PatchedTree]:
+                      workdir: Path) -> tuple[ResolvedBase, Lock, PatchedTree]:
     """Resolve the base, make sure the engine has it, patch its files: returns (base, lock, tree)."""
     target = inputs.target
     with log.step(f"resolve base {target.base.reference}"):

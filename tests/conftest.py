@@ -18,6 +18,8 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 CACHE_DIR = REPO_ROOT / "build" / "cache"
 AUTH_ENV = Path(os.environ.get("M3_REGISTRY_ROOT", "/var/lib/m3-registry")) / "auth-credentials.env"
 PLAIN_REGISTRY = "127.0.0.1:5000"
+# fixtures that need the pinned vLLM sources (build/cache, fetched from PyPI on first use)
+VLLM_SOURCE_FIXTURES = {"pristine_vllm_site", "pristine_site", "patched_site", "vllm_on_path", "conv", "patched_tree"}
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,8 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.docker)
         if names & {"registry", "auth_registry", "standin_base"}:
             item.add_marker(pytest.mark.registry)
+        if names & VLLM_SOURCE_FIXTURES:
+            item.add_marker(pytest.mark.vllm_sources)
 
 
 @pytest.fixture(scope="session")

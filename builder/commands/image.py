@@ -24,15 +24,16 @@ def print_plan(locked: Locked, log) -> None:
     target, lock = locked.inputs.target, locked.lock
     log.result(f"target      {target.name}: {target.description}")
     log.result(f"base        {target.base.image} @ {target.base.digest}")
-    log.result(f"            platform manifest {lock['base']['manifest']}, config {lock['base']['config']}")
-    log.result(f"vllm        {lock['vllm']['version']} at {lock['vllm']['root']}")
-    for patch in lock["inputs"]["patches"]:
-        log.result(f"patch       {patch['file']}  sha256:{patch['sha256'][:12]}  ({patch['upstream'] or 'local'})")
-    for table in lock["inputs"]["tables"]:
-        log.result(f"table       {table['file']} -> vllm/{table['installs_as']}")
-    for rel, fp in lock["files"].items():
-        pre = fp["pre"]["git_blob"][:10] if isinstance(fp["pre"], dict) else fp["pre"]
-        log.result(f"file        {rel}: {pre} -> {fp['post']['git_blob'][:10]}")
+    log.result(f"            platform manifest {lock.base.manifest}, config {lock.base.config}")
+    log.result(f"vllm        {lock.vllm.version} at {lock.vllm.root}")
+    for patch in lock.inputs.patches:
+        log.result(f"patch       {patch.file}  sha256:{patch.sha256[:12]}  ({patch.upstream or 'local'})")
+    for table in lock.inputs.tables:
+        log.result(f"table       {table.file} -> vllm/{table.installs_as}")
+    for rel, change in (lock.files or {}).items():
+        pre = change.pre.git_blob[:10] if change.pre else "absent"
+        post = change.post.git_blob[:10] if change.post else "absent"
+        log.result(f"file        {rel}: {pre} -> {post}")
     log.result(f"image       {locked.reference}  (+ {', '.join(target.aliases) or 'no aliases'})")
     log.result("steps       check lock -> pull base -> patch -> write delta layer -> assemble config + manifest -> "
                "load -> validate -> tag")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from builder.engine import Engine
 from builder.inputs import collect_inputs
-from builder.lock import content_tag, lock_diff, read_lock, write_lock
+from builder.lock import content_tag, lock_diff, read_lock_document, write_lock
 from builder.workflow import load_target, resolve_and_patch
 
 NAME = "lock"
@@ -25,7 +25,7 @@ def run(args, log) -> int:
     engine = Engine.connect()
     with tempfile.TemporaryDirectory(prefix="m3-tree-") as tmp:
         _, lock, _ = resolve_and_patch(engine, inputs, log, Path(tmp))
-    previous = read_lock(target.lock_file) if target.lock_file.exists() else None
+    previous = read_lock_document(target.lock_file) if target.lock_file.exists() else None
     write_lock(target.lock_file, lock)
     if previous is not None:
         for line in lock_diff(previous, lock):

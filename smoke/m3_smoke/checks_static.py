@@ -2,28 +2,17 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from pathlib import Path
 
+from m3_smoke.fingerprint import git_blob_id, sha256_bytes
 from m3_smoke.report import CheckFailed
 
 CONFIGS_REL = "model_executor/layers/fused_moe/configs"
 BLOCK_SHAPE = [128, 128]
 DTYPE = "fp8_w8a8"
 TILE_KEYS = ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M")
-
-
-def sha256_bytes(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-def git_blob_id(data: bytes) -> str:
-    h = hashlib.sha1()
-    h.update(b"blob %d\0" % len(data))
-    h.update(data)
-    return h.hexdigest()
 
 
 def check_fingerprints(manifest: dict) -> dict:

@@ -1,5 +1,7 @@
 """The image manifest (/opt/m3-image/manifest.json) and its validator.
 
+The builder writes the manifest (``builder.manifest``); the suite only reads and checks it.
+
 A malformed manifest is rejected with a one-line ``ManifestError`` naming the key.
 """
 
@@ -126,43 +128,3 @@ def load_manifest(path: str | Path) -> dict:
         raise ManifestError(f"manifest {path}: invalid JSON at line {exc.lineno}: {exc.msg}") from None
     return validate_manifest(data)
 
-
-def build_manifest(
-    vllm_root: str | Path,
-    patched_files: list[str],
-    table_files: list[str],
-    golden: str | Path,
-    *,
-    device_name: str = "AMD_Instinct_MI300X",
-    thresholds: dict | None = None,
-) -> dict:
-    """Fingerprint an installed tree the way the builder does (used by the tests
-    and by hand on a host tree). Paths are relative to ``vllm_root``; tables are
-    file names in ``model_executor/layers/fused_moe/configs/``."""
-    import hashlib
-
-    root = Path(vllm_root)
-
-    def blob(data: bytes) -> str:
-        return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
-
-    pf = {}
-    for rel in patched_files:
-        data = (root / rel).read_bytes()
-        pf[rel] = {"sha256": hashlib.sha256(data).hexdigest(), "git_blob": blob(data)}
-    tables = []
-    for name in table_files:
-        data = (root / "model_executor/layers/fused_moe/configs" / name).read_bytes()
-        fields = dict(part.split("=", 1) for part in name[: -len(".json")].split(",") if "=" in part)
-        tables.append(
-            {"file": name, "sha256": hashlib.sha256(data).hexdigest(), "E": int(fields["E"]), "N": int(fields["N"])}
-        )
-    return {
-        "schema": SCHEMA_VERSION,
-        "vllm_root": str(root),
-        "patched_files": pf,
-        "tables": tables,
-        "device_name": device_name,
-        "golden": str(golden),
-        "thresholds": dict(thresholds or {}),
-    }

@@ -11,7 +11,7 @@ import pytest
 import builder
 from builder.errors import LockError
 from builder.inputs import collect_inputs
-from builder.lock import (HEADER, content_digest, content_tag, inputs_section, lock_diff, lock_inputs, read_lock,
+from builder.lock import (HEADER, Lock, content_digest, content_tag, inputs_section, lock_diff, lock_inputs, read_lock,
                           require_match, write_lock)
 from builder.spec import load_spec
 from m3_builder_testlib import DIGEST_A, DIGEST_B, TABLE_NAME, assert_one_line, minimal_doc
@@ -119,14 +119,14 @@ def test_content_tag_strips_local_version():
 def test_write_then_read_round_trips(tmp_path):
     lock = sample_lock()
     path = tmp_path / "locks" / "t.lock.yaml"
-    write_lock(path, lock)
+    write_lock(path, Lock.from_doc(lock))
     text = path.read_text()
     assert text.startswith(HEADER)
-    assert read_lock(path) == lock
-    assert list(read_lock(path)) == list(lock)              # order kept (sort_keys=False)
+    assert read_lock(path).to_doc() == lock
+    assert list(read_lock(path).to_doc()) == list(lock)     # order kept (sort_keys=False)
     assert content_tag(read_lock(path)) == content_tag(lock)
     assert sorted(p.name for p in path.parent.iterdir()) == ["t.lock.yaml"]     # no .tmp left behind
-    write_lock(path, lock)
+    write_lock(path, read_lock(path))
     assert path.read_text() == text                          # byte-stable
 
 
@@ -134,8 +134,8 @@ def test_round_trip_keeps_ambiguous_strings(tmp_path):
     lock = sample_lock()
     lock["inputs"]["env"] = {"A": "1", "B": "true", "C": "null", "D": "2025-01-01", "E": "0755"}
     path = tmp_path / "l.yaml"
-    write_lock(path, lock)
-    assert read_lock(path)["inputs"]["env"] == lock["inputs"]["env"]
+    write_lock(path, Lock.from_doc(lock))
+    assert read_lock(path).to_doc()["inputs"]["env"] == lock["inputs"]["env"]
 
 
 def test_read_lock_missing(tmp_path):
@@ -228,7 +228,7 @@ def test_type_only_drift_is_never_an_empty_diff(tmp_path, old, new, lines):
 def test_lock_inputs_from_a_tmp_project(write_spec, project):
     target = load_spec(write_spec(minimal_doc())).target("t")
     inputs = collect_inputs(target)
-    section = lock_inputs(inputs)
+    section = lock_inputs(inputs).to_doc()
     assert list(section) == ["schema", "target", "base", "vllm", "builder", "inputs"]
     assert section["base"] == {"image": "127.0.0.1:5000/m3/base:v1", "digest": DIGEST_A, "platform": "linux/amd64"}
     assert section["builder"]["version"] == builder.__version__
@@ -246,7 +246,7 @@ def test_lock_inputs_from_a_tmp_project(write_spec, project):
     # a full lock's engine-free part equals what lock_inputs recomputes
     full = {**copy.deepcopy(section), "files": {}}
     full["base"] = {**section["base"], "manifest": DIGEST_A, "config": DIGEST_B, "created": "x"}
-    assert inputs_section(full) == section
+    assert inputs_section(Lock.from_doc(full)).to_doc() == section
     # editing the patch is drift
     (project / "patches" / "0001-a.patch").write_text((project / "patches" / "0001-a.patch").read_text() + "\n")
     with pytest.raises(LockError) as info:

@@ -56,7 +56,7 @@ class Project:
     def lock_file(self) -> Path:
         return self.root / "locks" / f"{self.spec.stem}.lock.yaml"
 
-    def lock(self) -> dict:
+    def lock(self):
         from builder.lock import read_lock
         return read_lock(self.lock_file)
 

@@ -24,7 +24,7 @@ def test_verify_accepts_the_real_image(plain_project, plain_image):
 
 def test_verify_refuses_a_tampered_image(plain_project, plain_image, engine, docker_client, tmp_path):
     lock = plain_project.lock()
-    path = f"{lock['vllm']['root']}/{MXFP8}"
+    path = f"{lock.vllm.root}/{MXFP8}"
     original = engine.read_files(plain_image, [path])[path].data
     tampered = build_image(docker_client, tmp_path, "m3-delivery-test/tampered:1",
                            {path: original + b"\n# harmless-looking change\n"}, base=plain_image)

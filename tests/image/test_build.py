@@ -37,7 +37,7 @@ def built(locked_project, builder_cli):
 
 
 def test_lock_records_every_input(locked_project, standin_base):
-    lock = read_lock(locked_project / "locks/standin.lock.yaml")
+    lock = read_lock(locked_project / "locks/standin.lock.yaml").to_doc()
     assert lock["base"]["digest"] == standin_base.digest
     assert lock["base"]["config"].startswith("sha256:")
     assert [p["file"] for p in lock["inputs"]["patches"]] == [
@@ -76,7 +76,7 @@ def test_rebuild_after_wipe_gives_the_same_id(locked_project, built, docker_clie
 
 def test_delta_is_one_small_normalized_layer(locked_project, built, docker_client, standin_base):
     image_id, _ = built
-    lock = read_lock(locked_project / "locks/standin.lock.yaml")
+    lock = read_lock(locked_project / "locks/standin.lock.yaml").to_doc()
     base_layers = docker_client.api.inspect_image(standin_base.reference)["RootFS"]["Layers"]
     layers = docker_client.api.inspect_image(image_id)["RootFS"]["Layers"]
     assert layers[:-1] == base_layers and len(layers) == len(base_layers) + 1
@@ -103,7 +103,7 @@ def test_delta_is_one_small_normalized_layer(locked_project, built, docker_clien
 
 def test_labels_record_provenance(locked_project, built, docker_client, standin_base):
     image_id, _ = built
-    lock = read_lock(locked_project / "locks/standin.lock.yaml")
+    lock = read_lock(locked_project / "locks/standin.lock.yaml").to_doc()
     labels = docker_client.api.inspect_image(image_id)["Config"]["Labels"]
     assert labels["org.opencontainers.image.base.name"] == "127.0.0.1:5000/m3-image/standin-base:vllm-0.24.0"
     assert labels["org.opencontainers.image.base.digest"] == standin_base.digest

@@ -90,7 +90,7 @@ def build_and_validate(builder_cli, project: Path):
     locked = builder_cli(project, "lock", "--target", "standin")
     assert locked.returncode == 0, locked.stderr
     result = builder_cli(project, "image", "--target", "standin", "--rebuild")
-    lock = read_lock(project / "locks/standin.lock.yaml")
+    lock = read_lock(project / "locks/standin.lock.yaml").to_doc()
     return result, lock
 
 

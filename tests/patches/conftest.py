@@ -14,24 +14,20 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 PATCHES = REPO / "patches"
-PATCH_CMD = ["patch", "-p1", "--forward", "--fuzz=0", "--batch", "--no-backup-if-mismatch"]
 
 
 def read_series(name: str) -> list[str]:
-    """Patch file names of a quilt series file (``#`` comments, blank lines)."""
-    names = []
-    for line in (PATCHES / name).read_text().splitlines():
-        line = line.split("#", 1)[0].strip()
-        if line:
-            names.append(line.split()[0])
-    return names
+    """Patch file names of a quilt series file in patches/ (the builder's own parser)."""
+    from builder import patchstack
+
+    return patchstack.read_series(PATCHES / name)
 
 
 def run_patch(root: Path, patch_file: Path, *extra: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [*PATCH_CMD, *extra, "-i", str(patch_file)],
-        cwd=root, capture_output=True, text=True,
-    )
+    """GNU patch forward with the builder's flags (zero fuzz) on ``root``; ``extra`` adds e.g. --dry-run."""
+    from builder import patchstack
+
+    return patchstack.run_patch(root, patch_file, "--forward", *extra)
 
 
 @pytest.fixture(scope="session")

@@ -61,10 +61,10 @@ class Tree:
         return self.site / "vllm"
 
     def write_manifest(self, **overrides) -> Path:
-        from m3_smoke.manifest import build_manifest
+        from builder.manifest import tree_manifest
 
-        m = build_manifest(self.vllm, [p for p in self.patched if (self.vllm / p).exists()],
-                           self.tables, GOLDEN)
+        m = tree_manifest(self.vllm, [p for p in self.patched if (self.vllm / p).exists()],
+                          self.tables, GOLDEN)
         m.update(overrides)
         self.manifest.write_text(json.dumps(m, indent=1))
         return self.manifest

@@ -16,7 +16,8 @@ from builder.errors import ValidationFailed
 from builder.engine import Engine
 from builder.validate import ValidationResult, _gpu_run_options, require_passed, run_validation
 from m3_smoke import CHECK_NAMES
-from m3_smoke.manifest import build_manifest
+from builder.image_layout import MANIFEST_PATH, SMOKE_INSTALL
+from builder.manifest import tree_manifest
 
 from m3_smoke_testlib import CONFIGS, GOLDEN, SMOKE
 
@@ -35,7 +36,7 @@ def _image_files(tree, *, drop_marker=False) -> dict[str, bytes]:
         files[f"{IMAGE_VLLM}/{CONFIGS}/{name}"] = (tree.vllm / CONFIGS / name).read_bytes()
     for p in sorted(SMOKE.rglob("*")):
         if p.is_file() and "__pycache__" not in p.parts:
-            files[f"/opt/m3-image/smoke/{p.relative_to(SMOKE).as_posix()}"] = p.read_bytes()
+            files[f"{SMOKE_INSTALL}/{p.relative_to(SMOKE).as_posix()}"] = p.read_bytes()
     return files
 
 
@@ -47,8 +48,7 @@ def _manifest_for(files: dict[str, bytes], tree, tmp: Path) -> bytes:
             out = root / path[len(IMAGE_VLLM) + 1:]
             out.parent.mkdir(parents=True, exist_ok=True)
             out.write_bytes(data)
-    m = build_manifest(root, tree.patched, tree.tables, f"/opt/m3-image/smoke/golden/{GOLDEN.name}")
-    m["vllm_root"] = IMAGE_VLLM
+    m = tree_manifest(root, tree.patched, tree.tables, f"{SMOKE_INSTALL}/golden/{GOLDEN.name}", vllm_root=IMAGE_VLLM)
     return json.dumps(m, indent=1).encode()
 
 
@@ -73,7 +73,7 @@ def images(docker_client, standin_base, patched_tree, tmp_path_factory):
     built = {}
     for name, broken in (("good", False), ("no-marker", True)):
         files = _image_files(patched_tree, drop_marker=broken)
-        files["/opt/m3-image/manifest.json"] = _manifest_for(files, patched_tree, tmp_path_factory.mktemp(name))
+        files[str(MANIFEST_PATH)] = _manifest_for(files, patched_tree, tmp_path_factory.mktemp(name))
         built[name] = _build(docker_client, standin_base.reference, files, f"m3-image-smoke-test:{name}")
     yield built
     for name in built:
