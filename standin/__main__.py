@@ -18,8 +18,8 @@ from standin.build import StandinBase, build_standin_base
 from standin.pinned import build_pinned_base
 
 
-def pin_target(spec_file: Path, name: str, base: StandinBase) -> Path:
-    """Write ``base``'s digest into the target's ``base.digest_file``; returns the pin file."""
+def pin_file(spec_file: Path, name: str, base: StandinBase) -> Path:
+    """The target's ``base.digest_file``, once it is sure the target is built on ``base``."""
     spec = load_spec(spec_file)
     if name not in spec.targets:
         raise SpecError(f"{spec.file}: targets: no target {name!r} to pin to {base.reference}")
@@ -31,9 +31,18 @@ def pin_target(spec_file: Path, name: str, base: StandinBase) -> Path:
     if image != f"{base.repository}:{base.local_tag.split(':', 1)[1]}":
         raise SpecError(f"{spec.file}: targets.{name}.base.image: {image!r} is not the stand-in base "
                         f"{base.repository}:{base.local_tag.split(':', 1)[1]}")
-    pin.parent.mkdir(parents=True, exist_ok=True)
-    pin.write_text(base.digest + "\n")
     return pin
+
+
+def pin_targets(spec_file: Path, pins: dict[str, StandinBase]) -> list[Path]:
+    """Write each base's digest into its target's pin file; checks every target before writing any."""
+    files = {pin_file(spec_file, name, base): base for name, base in pins.items()}
+    for path, base in files.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(base.digest + "\n")
+        tmp.replace(path)
+    return list(files)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -64,8 +73,8 @@ def main(argv: list[str] | None = None) -> int:
         pinned = build_pinned_base(engine, base, registry=args.registry, log=log)
         log(f"standin: image {pinned.local_tag} {pinned.image_id[:19]}")
         if not args.no_pin:
-            for name, built in ((args.target, base), (args.pinned_target, pinned)):
-                log(f"standin: pinned {name}: {pin_target(args.spec, name, built)}")
+            for path in pin_targets(args.spec, {args.target: base, args.pinned_target: pinned}):
+                log(f"standin: pinned {path}")
     except BuilderError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
