@@ -161,3 +161,53 @@ def test_production_expect_block_accepts_the_pinned_tree(plain_site, pinned_file
     for rel, data in pinned_files.items():
         (site / "vllm" / rel).write_bytes(data)
     check_expectations(inputs, _pre_images(site, inputs))       # no error
+
+
+_QCFG = """
+import sys, torch
+sys.path.insert(0, sys.argv[1])
+import vllm
+assert vllm.__file__.startswith(sys.argv[1]), vllm.__file__
+from vllm.model_executor.layers.fused_moe.oracle.fp8 import Fp8MoeBackend, make_fp8_moe_quant_config
+qc = make_fp8_moe_quant_config(
+    fp8_backend=Fp8MoeBackend.TRITON, w1_scale=torch.ones(2, 2, 2), w2_scale=torch.ones(2, 2, 2),
+    a1_scale=None, a2_scale=None, block_shape=[128, 128], swiglu_limit=7.0, gemm1_alpha=1.702, gemm1_beta=1.0)
+print("QCFG", qc.block_shape, qc.gemm1_alpha, qc.gemm1_beta, qc.gemm1_clamp_limit)
+"""
+
+
+def _quant_config(site: Path) -> str:
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-c", _QCFG, str(site)], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return next(line for line in result.stdout.splitlines() if line.startswith("QCFG"))
+
+
+def test_on_the_pinned_tree_swiglu_params_need_0004(plain_site, pinned_files, tmp_path):
+    """What the in-image swiglu_params check sees, on the real pinned bytes: without 0004 the
+    block-FP8 quant config drops alpha/beta; with the production series it carries them."""
+    import os
+
+    site = tmp_path / "site"
+    # A shadow tree: real folders, links to 0.24.0's files, real copies of the files touched here.
+    touched = {f for p in load_series(REPO / "patches" / "series.pinned-4a560dd") for f in p.files}
+    for dirpath, dirnames, filenames in os.walk(plain_site / "vllm"):
+        dirnames[:] = [d for d in dirnames if d != "__pycache__"]
+        rel_dir = Path(dirpath).relative_to(plain_site)
+        (site / rel_dir).mkdir(parents=True, exist_ok=True)
+        for name in filenames:
+            (site / rel_dir / name).symlink_to(Path(dirpath) / name)
+    for rel in touched:
+        if (site / rel).is_symlink():
+            (site / rel).unlink()
+            shutil.copy2(plain_site / rel, site / rel)
+    for rel, data in pinned_files.items():
+        (site / "vllm" / rel).write_bytes(data)
+    patches = load_series(REPO / "patches" / "series.pinned-4a560dd")
+    assert patches[-1].name.startswith("0004-")
+    apply_stack(patches[:-1], site)
+    assert _quant_config(site) == "QCFG [128, 128] None None 7.0"
+    assert [o.result for o in apply_stack(patches[-1:], site)] == ["applied"]
+    assert _quant_config(site) == "QCFG [128, 128] 1.702 1.0 7.0"
