@@ -69,9 +69,9 @@ def _check_blobs(found: dict[str, bytes | None], want: dict[str, str], where: st
     for rel, blob in want.items():
         data = found.get(rel)
         if data is None:
-            raise BuilderError(f"{where}: {rel}: no such file (expected {what} blob {blob[:12]})")
+            raise BuilderError(f"{where}: {rel}: no such file (expected {what} blob {blob})")
         if git_blob_id(data) != blob:
-            raise BuilderError(f"{where}: {rel}: blob {git_blob_id(data)[:12]}, expected {what} blob {blob[:12]}")
+            raise BuilderError(f"{where}: {rel}: blob {git_blob_id(data)}, expected {what} blob {blob}")
 
 
 def reconstruct(files: dict[str, bytes | None], workdir: Path,
@@ -87,7 +87,7 @@ def reconstruct(files: dict[str, bytes | None], workdir: Path,
         out = workdir / PATCH_ROOT / rel
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_bytes(files[rel])
-    patches = load_series(SERIES)
+    patches = load_series(rec.diff.parent / SERIES.name)
     touched = {PurePosixPath(f).relative_to(PATCH_ROOT).as_posix() for p in patches for f in p.files}
     if touched != set(rec.files):
         raise BuilderError(f"{rec.diff}: touches {sorted(touched)}, {PROVENANCE.name} lists {sorted(rec.files)}")
@@ -111,6 +111,13 @@ def read_blobs(engine: Engine, image: str, rels: list[str]) -> dict[str, bytes |
     """The files ``rels`` (under vllm/) out of ``image``, through the archive API."""
     entries = engine.read_files(image, [f"{VLLM_ROOT}/{rel}" for rel in rels])
     return {rel: (entries[f"{VLLM_ROOT}/{rel}"].data if entries[f"{VLLM_ROOT}/{rel}"] else None) for rel in rels}
+
+
+def check_image(engine: Engine, image: str, rec: Reconstruction | None = None, name: str = "") -> None:
+    """``image`` holds the pinned revision's bytes at the stand-in's vLLM root, or BuilderError."""
+    rec = rec or load_reconstruction()
+    _check_blobs(read_blobs(engine, image, sorted(rec.files)), {rel: post for rel, (_, post) in rec.files.items()},
+                 name or image, "pinned 4a560dd")
 
 
 def build_pinned_base(engine: Engine, standin: StandinBase, registry: str = "127.0.0.1:5000",
@@ -142,8 +149,7 @@ def build_pinned_base(engine: Engine, standin: StandinBase, registry: str = "127
                 log(f"standin: building {LOCAL_TAG} (one layer: {len(pinned)} files of vLLM 4a560dd)")
                 image_id = engine.build(context, "Dockerfile", LOCAL_TAG, network_mode="none")
     # Whatever the engine holds under the tag, its bytes are checked before it is pushed.
-    _check_blobs(read_blobs(engine, image_id, rels), {rel: post for rel, (_, post) in rec.files.items()},
-                 LOCAL_TAG, "pinned 4a560dd")
+    check_image(engine, image_id, rec, LOCAL_TAG)
     digest = push(engine, image_id, repository, TAG, log)
     return StandinBase(local_tag=LOCAL_TAG, repository=repository, digest=digest,
                        reference=f"{repository}@{digest}", image_id=image_id,

@@ -6,8 +6,11 @@ import hashlib
 import json
 import urllib.request
 
+import pytest
+
 from builder.engine import Engine
-from standin.pinned import LOCAL_TAG, read_blobs
+from builder.errors import BuilderError
+from standin.pinned import LOCAL_TAG, check_image, read_blobs
 
 VLLM_ROOT = "/usr/local/lib/python3.11/dist-packages/vllm"
 PINNED = {"model_executor/layers/fused_moe/config.py": "0755699d1a4545649e8f5af5de77bbf2c6b24fab",
@@ -58,3 +61,12 @@ def test_second_build_reuses_the_layer(docker_client, registry, standin_base, pi
     assert (again.digest, again.image_id) == (pinned_base.digest, pinned_base.image_id)
     assert any(line.startswith("standin: reusing m3-image/standin-base:vllm-4a560dd") for line in lines), lines
     assert not any("building" in line for line in lines), lines
+
+
+def test_the_image_check_refuses_the_plain_standin(docker_client, standin_base, pinned_base):
+    check_image(Engine(docker_client), pinned_base.reference)           # no error
+    with pytest.raises(BuilderError) as info:
+        check_image(Engine(docker_client), standin_base.reference)
+    assert str(info.value) == (f"{standin_base.reference}: model_executor/layers/fused_moe/config.py: "
+                               "blob d7ad59b46cda6a635ae7a0270c363a5544f68e63, "
+                               "expected pinned 4a560dd blob 0755699d1a4545649e8f5af5de77bbf2c6b24fab")

@@ -90,8 +90,23 @@ def test_reconstruction_refuses_a_base_that_is_not_0_24_0(pinned_files, tmp_path
         reconstruct(dict(pinned_files), tmp_path)        # already the pinned bytes
     text = str(info.value)
     assert "\n" not in text
-    assert text.startswith("stand-in base: model_executor/layers/fused_moe/config.py: blob 0755699d1a45, "
-                           "expected vLLM 0.24.0 blob d7ad59b46cda")
+    assert text.startswith("stand-in base: model_executor/layers/fused_moe/config.py: "
+                           "blob 0755699d1a4545649e8f5af5de77bbf2c6b24fab, "
+                           "expected vLLM 0.24.0 blob d7ad59b46cda6a635ae7a0270c363a5544f68e63")
+
+
+def test_reconstruction_refuses_a_result_that_is_not_the_pinned_blob(plain_site, tmp_path):
+    shutil.copytree(DATA_DIR, tmp_path / "data")
+    provenance = tmp_path / "data" / PROVENANCE.name
+    provenance.write_text(provenance.read_text().replace("post: 33c7c7532a0ba823", "post: 33c7c7532a0ba824"))
+    files = {rel: (plain_site / "vllm" / rel).read_bytes() for rel in PINNED}
+    with pytest.raises(BuilderError) as info:
+        reconstruct(files, tmp_path / "work", load_reconstruction(provenance))
+    text = str(info.value)
+    assert "\n" not in text
+    assert text == ("vllm-0.24.0-to-4a560dd.diff: model_executor/layers/quantization/modelopt.py: "
+                    "blob 33c7c7532a0ba823e4e7a23538300a5977a4553e, "
+                    "expected pinned 4a560dd blob 33c7c7532a0ba824e4e7a23538300a5977a4553e")
 
 
 def _pinned_tree(plain_site: Path, pinned_files: dict[str, bytes], out: Path) -> Path:
