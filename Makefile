@@ -9,7 +9,7 @@ IMAGE   ?=
 BUILDER := $(PY) -m builder --spec $(SPEC)
 TARGET_ARG := $(if $(TARGET),--target $(TARGET),)
 
-.PHONY: venv services standin lock image dry-run demo test unit validate push resolve verify bench bench-convert bench-delivery clean
+.PHONY: venv services standin lock image dry-run demo demo-pinned test unit validate push resolve verify bench bench-convert bench-delivery clean
 
 venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml requirements/vllm-runtime.txt
@@ -23,8 +23,10 @@ services:            ## install the Debian packages, start dockerd and the local
 	bash scripts/start-dockerd.sh
 	bash scripts/start-registry.sh
 
-standin: venv        ## build + push the stand-in base, pin the `standin` target to it
-	$(BUILDER) standin
+STANDIN := $(PY) -m standin --spec $(SPEC)
+
+standin: venv        ## build + push the stand-in bases (0.24.0 and pinned 4a560dd), pin the `standin` and `standin-4a560dd` targets
+	$(STANDIN)
 
 lock: venv           ## write the target's lock (TARGET=name)
 	$(BUILDER) lock $(TARGET_ARG)
@@ -36,9 +38,14 @@ dry-run: venv
 	$(BUILDER) image $(TARGET_ARG) --dry-run
 
 demo: venv services  ## from a fresh machine: stand-in base -> lock -> validated image
-	$(BUILDER) standin
+	$(STANDIN)
 	$(BUILDER) lock --target standin
 	$(BUILDER) image --target standin
+
+demo-pinned: venv services  ## the production definition on the pinned-faithful stand-in (vLLM 4a560dd8 touched files)
+	$(STANDIN)
+	$(BUILDER) lock --target standin-4a560dd
+	$(BUILDER) image --target standin-4a560dd
 
 test: venv           ## the whole suite (docker tests included: run `make services` first)
 	$(PY) -m pytest -q

@@ -42,7 +42,7 @@ FN, FNUZ = torch.float8_e4m3fn, torch.float8_e4m3fnuz
 
 def patched_site_from_cache() -> Path:
     sys.path.insert(0, str(REPO))
-    from builder.standin.vllm_sources import vllm_site
+    from standin.vllm_sources import vllm_site
 
     from builder.patchstack import apply_stack, load_series
 

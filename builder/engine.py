@@ -13,6 +13,7 @@ and APIs an engine does not provide (named with the engine, its version and imag
 from __future__ import annotations
 
 import io
+import json
 import re
 from contextlib import contextmanager
 import tarfile
@@ -325,6 +326,20 @@ class Engine:
             **source, dockerfile=dockerfile, tag=tag, rm=True, forcerm=True, pull=False, decode=True,
             network_mode=network_mode), f"build {tag}", progress))
         return self.inspect(tag)["Id"]
+
+    def import_image(self, tar_path: Path, repository: str, tag: str) -> str:
+        """``docker import`` a root filesystem tar as ``repository:tag``; returns the image id."""
+        reference = f"{repository}:{tag}"
+        try:
+            raw = self.api.import_image_from_file(str(tar_path), repository=repository, tag=tag)
+            lines = [line for line in str(raw).splitlines() if line.strip().startswith("{")]
+            check_stream((json.loads(line) for line in lines), f"import {tar_path} as {reference}")
+        except docker_errors.APIError as exc:
+            raise EngineError(f"import {tar_path} as {reference}: {_friendly(exc.explanation or str(exc))}") from None
+        image_id = self.image_id(reference)
+        if image_id is None:
+            raise EngineError(f"import {tar_path} as {reference}: the engine reports success but has no such image")
+        return image_id
 
     def save(self, image: str) -> bytes:
         """``docker save`` of a *small* image, held in memory."""

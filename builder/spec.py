@@ -78,6 +78,8 @@ class Spec:
     file: Path
     default_target: str
     targets: dict[str, "Target | UnpinnedTarget"]
+    # Each target's document after ``extends`` is resolved (what _load_target validated).
+    resolved: dict[str, dict] = field(default_factory=dict, compare=False, repr=False)
 
     def target(self, name: str | None) -> Target:
         name = name or self.default_target
@@ -99,13 +101,28 @@ class UnpinnedTarget:
 
 
 class _Reader:
-    """Walks one YAML document, tracking the key path for error messages."""
+    """Walks one YAML document, tracking the key path for error messages.
 
-    def __init__(self, file: Path):
+    ``origins`` maps key paths of a resolved target (``targets.<name>.<path>``) that a shared
+    definition set to that definition's key path, so an error names the line a human edits.
+    """
+
+    def __init__(self, file: Path, origins: dict[str, str] | None = None, user: str = ""):
         self.file = file
+        self.origins = origins or {}
+        self.user = user
+
+    def where(self, key: str) -> str:
+        best = ""
+        for path in self.origins:
+            if (key == path or key.startswith(path + ".") or key.startswith(path + "[")) and len(path) > len(best):
+                best = path
+        if not best:
+            return key
+        return self.origins[best] + key[len(best):] + (f" (used by {self.user})" if self.user else "")
 
     def fail(self, key: str, message: str) -> SpecError:
-        return SpecError(f"{self.file}: {key}: {message}")
+        return SpecError(f"{self.file}: {self.where(key)}: {message}")
 
     def mapping(self, value: Any, key: str, allowed: set[str], required: set[str]) -> dict:
         if not isinstance(value, dict):
@@ -151,25 +168,111 @@ def load_spec(file: Path) -> Spec:
         where = f"line {mark.line + 1}" if mark else "?"
         raise SpecError(f"{file}: {where}: invalid YAML: {getattr(exc, 'problem', exc)}") from None
     r = _Reader(file)
-    doc = r.mapping(doc, "", {"schema", "default_target", "targets"}, {"schema", "default_target", "targets"})
+    doc = r.mapping(doc, "", {"schema", "default_target", "definitions", "targets"},
+                    {"schema", "default_target", "targets"})
     if type(doc["schema"]) is not int or doc["schema"] != 1:      # not True, 1.0 or "1"
         raise r.fail("schema", f"unsupported schema {doc['schema']!r} (this builder reads 1)")
+    definitions = r.mapping(doc.get("definitions", {}), "definitions", set(doc.get("definitions") or {}), set())
+    for name, value in definitions.items():
+        r.string(name, f"definitions.{name}", NAME_RE, "definition name")
+        r.mapping(value, f"definitions.{name}", _TARGET_KEYS | {"extends"}, set())
     targets_doc = r.mapping(doc["targets"], "targets", set(doc["targets"] or {}), set())
     if not targets_doc:
         raise r.fail("targets", "no targets defined")
-    targets = {name: _load_target(r, name, value) for name, value in targets_doc.items()}
+    targets, resolved = {}, {}
+    for name, value in targets_doc.items():
+        key = f"targets.{name}"
+        r.string(name, key, NAME_RE, "target name")
+        r.mapping(value, key, _TARGET_KEYS | {"extends"}, set())
+        resolved[name], origins = _resolve(r, key, value, definitions, [])
+        reader = _Reader(file, {f"{key}.{path}": where for path, where in origins.items()}, key)
+        targets[name] = _load_target(reader, name, resolved[name])
     default = r.string(doc["default_target"], "default_target")
     if default not in targets:
         raise r.fail("default_target", f"{default!r} is not one of the targets ({', '.join(sorted(targets))})")
-    return Spec(file=file, default_target=default, targets=targets)
+    return Spec(file=file, default_target=default, targets=targets, resolved=resolved)
+
+
+NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]*$")
+
+
+def _resolve(r: _Reader, key: str, doc: dict, definitions: dict, chain: list[str]) -> tuple[dict, dict[str, str]]:
+    """``doc`` with the definition it ``extends`` (and that one's, ...) merged in.
+
+    A target or definition may add keys, also inside a mapping the definition sets, but never
+    set a key the definition already sets: what the definition says holds for every user.
+    Returns the merged document and, for each key path (relative to ``doc``) that came from a
+    definition alone, the key path where that definition sets it.
+    """
+    own = {k: v for k, v in doc.items() if k != "extends"}
+    if "extends" not in doc:
+        return own, {}
+    parent = r.string(doc["extends"], f"{key}.extends", NAME_RE, "definition name")
+    if parent not in definitions:
+        have = ", ".join(sorted(definitions)) or "none"
+        raise r.fail(f"{key}.extends", f"unknown definition {parent!r} (definitions: {have})")
+    if parent in chain:
+        cycle = " -> ".join([*chain[chain.index(parent):], parent])
+        raise r.fail(f"{key}.extends", f"definitions extend each other in a cycle: {cycle}")
+    base, origins = _resolve(r, f"definitions.{parent}", definitions[parent], definitions, [*chain, parent])
+    for path in _paths(base):
+        origins.setdefault(path, f"definitions.{parent}.{path}")
+    merged = _merge(r, key, base, own, origins)
+    # A mapping both sides add to is the user's: only paths the definitions alone set keep an origin.
+    for path in _paths(own):
+        for ancestor in _ancestors(path):
+            origins.pop(ancestor, None)
+    return merged, origins
+
+
+def _paths(doc: dict, prefix: str = "") -> list[str]:
+    """Every key path in ``doc``, mappings and leaves (``vllm``, ``vllm.root``, ...)."""
+    paths = []
+    for k, v in doc.items():
+        path = f"{prefix}.{k}" if prefix else str(k)
+        paths.append(path)
+        if isinstance(v, dict):
+            paths.extend(_paths(v, path))
+    return paths
+
+
+def _ancestors(path: str) -> list[str]:
+    parts = path.split(".")
+    return [".".join(parts[:i]) for i in range(1, len(parts))]
+
+
+def _merge(r: _Reader, key: str, base: dict, own: dict, origins: dict[str, str], path: str = "") -> dict:
+    merged = dict(base)
+    for k, v in own.items():
+        sub = f"{path}.{k}" if path else str(k)
+        if k not in base:
+            merged[k] = v
+        elif isinstance(base[k], dict) and isinstance(v, dict):
+            merged[k] = _merge(r, key, base[k], v, origins, sub)
+        else:
+            raise SpecError(f"{r.file}: {key}.{sub}: also set by {origins.get(sub, sub)}; a key its "
+                            f"definition sets may not be set again (set it in one place)")
+    return merged
 
 
 _TARGET_KEYS = {"description", "base", "vllm", "series", "expect", "tables", "output", "labels", "env", "lock"}
 
 
+def _read_pin(r: _Reader, key: str, pin: Path) -> str:
+    try:
+        digest = pin.read_bytes().decode("ascii").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise r.fail(key, f"{pin}: cannot read the pin as ASCII text "
+                          f"({getattr(exc, 'strerror', None) or type(exc).__name__}); "
+                          "it is not a sha256 digest (expected sha256:<64 hex>)") from None
+    if not DIGEST_RE.match(digest):
+        raise r.fail(key, f"{pin}: {digest!r} is not a sha256 digest (expected sha256:<64 hex>)")
+    return digest
+
+
 def _load_target(r: _Reader, name: str, doc: Any) -> "Target | UnpinnedTarget":
     key = f"targets.{name}"
-    r.string(name, key, re.compile(r"^[a-z0-9][a-z0-9-]*$"), "target name")
+    r.string(name, key, NAME_RE, "target name")
     root = r.file.parent
     doc = r.mapping(doc, key, _TARGET_KEYS, _TARGET_KEYS - {"description", "labels", "env"})
 
@@ -183,6 +286,7 @@ def _load_target(r: _Reader, name: str, doc: Any) -> "Target | UnpinnedTarget":
     if "digest" in base_doc and "digest_file" in base_doc:
         raise r.fail(f"{key}.base", "give either digest or digest_file, not both")
     pin = None
+    unpinned: UnpinnedTarget | None = None
     if "digest" in base_doc:
         digest = r.string(base_doc["digest"], f"{key}.base.digest", DIGEST_RE, "sha256 digest")
     elif "digest_file" in base_doc:
@@ -190,20 +294,15 @@ def _load_target(r: _Reader, name: str, doc: Any) -> "Target | UnpinnedTarget":
         if PurePosixPath(rel).is_absolute() or ".." in PurePosixPath(rel).parts:
             raise r.fail(f"{key}.base.digest_file", f"{rel!r} must be a relative path inside {root}")
         pin = root / rel
-        if not pin.is_file():
-            return UnpinnedTarget(
+        if pin.is_file():
+            digest = _read_pin(r, f"{key}.base.digest_file", pin)
+        else:
+            # Still validate the rest: an unpinned target is never half-valid either.
+            unpinned = UnpinnedTarget(
                 name=name, image=image, digest_file=pin,
                 reason=(f"{r.file}: {key}.base.image: {image!r} is a mutable tag and its pin {rel} does not exist; "
                         f"run `python -m builder pin {name}` where the registry is reachable"))
-        try:
-            digest = pin.read_bytes().decode("ascii").strip()
-        except (OSError, UnicodeDecodeError) as exc:
-            raise r.fail(f"{key}.base.digest_file", f"{pin}: cannot read the pin as ASCII text "
-                                                   f"({getattr(exc, 'strerror', None) or type(exc).__name__}); "
-                                                   "it is not a sha256 digest (expected sha256:<64 hex>)") from None
-        if not DIGEST_RE.match(digest):
-            raise r.fail(f"{key}.base.digest_file",
-                         f"{pin}: {digest!r} is not a sha256 digest (expected sha256:<64 hex>)")
+            digest = ""
     else:
         raise r.fail(f"{key}.base.image", f"{image!r} is a mutable tag: pin it with base.digest or base.digest_file")
     base = BaseImage(image=image, digest=digest, platform=platform, digest_file=pin)
@@ -259,6 +358,8 @@ def _load_target(r: _Reader, name: str, doc: Any) -> "Target | UnpinnedTarget":
         env[r.string(k, f"{key}.env", ENV_KEY_RE, "environment variable name")] = r.string(str(v), f"{key}.env.{k}")
 
     lock = r.string(doc["lock"], f"{key}.lock")
+    if unpinned is not None:
+        return unpinned
     return Target(
         name=name, spec_file=r.file, description=str(doc.get("description", "")), base=base,
         vllm_root=vllm_root, python=python, vllm_version=version, vllm_revision=revision,

@@ -50,9 +50,9 @@ def pytest_collection_modifyitems(items):
     """Mark tests by the services their fixtures pull in (pyproject declares the markers)."""
     for item in items:
         names = set(getattr(item, "fixturenames", ()))
-        if names & {"docker_client", "standin_base"}:
+        if names & {"docker_client", "standin_base", "pinned_base"}:
             item.add_marker(pytest.mark.docker)
-        if names & {"registry", "auth_registry", "standin_base"}:
+        if names & {"registry", "auth_registry", "standin_base", "pinned_base"}:
             item.add_marker(pytest.mark.registry)
         if names & VLLM_SOURCE_FIXTURES:
             item.add_marker(pytest.mark.vllm_sources)
@@ -99,6 +99,16 @@ def auth_registry() -> AuthRegistry:
 
 @pytest.fixture(scope="session")
 def standin_base(docker_client, registry):
-    from builder.standin.build import build_standin_base
+    from builder.engine import Engine
+    from standin.build import build_standin_base
 
-    return build_standin_base(docker_client, CACHE_DIR, registry=registry)
+    return build_standin_base(Engine(docker_client), CACHE_DIR, registry=registry)
+
+
+@pytest.fixture(scope="session")
+def pinned_base(docker_client, registry, standin_base):
+    """The pinned-faithful stand-in: standin_base + vLLM 4a560dd8's bytes of the touched files."""
+    from builder.engine import Engine
+    from standin.pinned import build_pinned_base
+
+    return build_pinned_base(Engine(docker_client), standin_base, registry=registry)

@@ -145,7 +145,7 @@ def write_spec(project: Path):
 @pytest.fixture(scope="session")
 def pristine_vllm_site() -> Path:
     """build/cache/vllm-0.24.0/site (downloads the pinned wheel from PyPI when missing)."""
-    from builder.standin.vllm_sources import vllm_site
+    from standin.vllm_sources import vllm_site
 
     site = vllm_site(REPO / "build" / "cache")
     assert (site / "vllm" / "__init__.py").is_file()

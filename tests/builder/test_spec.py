@@ -132,7 +132,7 @@ def _chain(*mutators):
 
 BAD_SPECS = [
     # (id, mutator, needles that must all appear, besides the spec file)
-    ("unknown-top-level-key", _set("bogus", 1), ["bogus: unknown key", "allowed: default_target, schema, targets"]),
+    ("unknown-top-level-key", _set("bogus", 1), ["bogus: unknown key", "allowed: default_target, definitions, schema, targets"]),
     ("unknown-target-key", _rename(T, "base", "bsae"), ["targets.t.bsae: unknown key", "allowed: base,"]),
     ("unknown-base-key", _set(f"{T}/base/tag", "v1"), ["targets.t.base.tag: unknown key"]),
     ("missing-required-key", _set(f"{T}/lock", _DELETE), ["targets.t.lock: required key is missing"]),
@@ -304,6 +304,6 @@ def test_repo_image_yaml_loads():
     repo = Path(__file__).resolve().parents[2]
     spec = load_spec(repo / "image.yaml")
     assert spec.default_target == "mi300x"
-    assert set(spec.targets) == {"mi300x", "standin"}
+    assert set(spec.targets) == {"mi300x", "standin", "standin-4a560dd"}
     for target in spec.targets.values():
         assert isinstance(target, (Target, UnpinnedTarget))

@@ -27,7 +27,7 @@ E128 = "E=128,N=384,device_name=AMD_Instinct_MI300X,dtype=fp8_w8a8,block_shape=[
 @pytest.fixture(scope="module")
 def patched_files(tmp_path_factory):
     """The stand-in's touched files after the real stack: the sabotage patches' pre-image."""
-    from builder.standin.vllm_sources import vllm_site
+    from standin.vllm_sources import vllm_site
 
     pristine = vllm_site(REPO / "build" / "cache")
     root = tmp_path_factory.mktemp("stack")

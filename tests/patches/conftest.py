@@ -33,7 +33,7 @@ def run_patch(root: Path, patch_file: Path, *extra: str) -> subprocess.Completed
 @pytest.fixture(scope="session")
 def pristine_site() -> Path:
     """Folder holding the pristine (never modified) vLLM 0.24.0 ``vllm/`` tree."""
-    from builder.standin.vllm_sources import vllm_site
+    from standin.vllm_sources import vllm_site
 
     return vllm_site(REPO / "build" / "cache")
 

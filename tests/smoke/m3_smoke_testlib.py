@@ -34,7 +34,7 @@ sys.path.insert(0, str(SMOKE))
 
 def ensure_pristine_site() -> Path:
     """The pinned vLLM 0.24.0 wheel's sources (downloaded from PyPI once, then cached)."""
-    from builder.standin.vllm_sources import vllm_site
+    from standin.vllm_sources import vllm_site
 
     assert vllm_site(REPO / "build" / "cache") == PRISTINE_SITE
     return PRISTINE_SITE

@@ -72,11 +72,12 @@ def test_oracle_source_is_the_pinned_vllm_blob(docker_client, standin_base):
 
 
 def test_second_build_reuses_the_image(docker_client, registry, standin_base):
-    from builder.standin.build import build_standin_base
+    from builder.engine import Engine
+    from standin.build import build_standin_base
 
     lines: list[str] = []
     start = time.monotonic()
-    again = build_standin_base(docker_client, CACHE_DIR, registry=registry, log=lines.append)
+    again = build_standin_base(Engine(docker_client), CACHE_DIR, registry=registry, log=lines.append)
     assert time.monotonic() - start < 60
     assert again.digest == standin_base.digest
     assert again.image_id == standin_base.image_id

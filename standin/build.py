@@ -39,16 +39,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
-import docker
-import docker.errors
-import requests.exceptions
-
 from builder.dockerfile import render_template
 from builder.engine import Engine
-from builder.errors import BuilderError, EngineError, RegistryError
-from builder.standin.vllm_sources import VLLM_VERSION, WHEEL_SHA256, fetch_wheel, vllm_site
+from builder.errors import BuilderError, RegistryError
+from standin.vllm_sources import VLLM_VERSION, WHEEL_SHA256, fetch_wheel, vllm_site
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[1]
 TEMPLATE_PATH = REPO_ROOT / "dockerfiles" / "standin-base.Dockerfile.j2"
 REQUIREMENTS_PATH = REPO_ROOT / "requirements" / "vllm-runtime.txt"
 
@@ -221,29 +217,13 @@ def _rootfs_tar(cache: Path, log: Log, timings: dict) -> Path:
     return out
 
 
-def _import_rootfs(client: docker.DockerClient, tar_path: Path, log: Log) -> str:
+def _import_rootfs(engine: Engine, tar_path: Path, log: Log) -> str:
     """``docker import`` the rootfs tar (once per fingerprint); returns the image reference."""
     tag = tar_path.stem.removeprefix("rootfs-")
     reference = f"{ROOTFS_REPOSITORY}:{tag}"
-    try:
-        client.images.get(reference)
-        return reference
-    except docker.errors.ImageNotFound:
-        pass
-    log(f"standin: docker import {tar_path.name} as {reference}")
-    try:
-        raw = client.api.import_image_from_file(str(tar_path), repository=ROOTFS_REPOSITORY, tag=tag)
-    except docker.errors.APIError as exc:
-        raise EngineError(f"docker import of {tar_path} failed: {exc.explanation or exc}") from exc
-    for line in str(raw).splitlines():
-        with contextlib.suppress(ValueError):
-            message = json.loads(line)
-            if isinstance(message, dict) and message.get("error"):
-                raise EngineError(f"docker import of {tar_path} failed: {message['error']}")
-    try:
-        client.images.get(reference)
-    except docker.errors.ImageNotFound:
-        raise EngineError(f"docker import of {tar_path} did not produce {reference}: {raw}") from None
+    if engine.image_id(reference) is None:
+        log(f"standin: docker import {tar_path.name} as {reference}")
+        engine.import_image(tar_path, ROOTFS_REPOSITORY, tag)
     return reference
 
 
@@ -331,7 +311,7 @@ def _walk_sorted(root: Path) -> Iterable[Path]:
                 yield base / name
 
 
-def _write_context(handle, dockerfile: str, trees: dict[str, Path]) -> None:
+def write_context(handle, dockerfile: str, trees: dict[str, Path]) -> None:
     """A build context tar with sorted names, fixed mtimes and root ownership."""
     with tarfile.open(fileobj=handle, mode="w", format=tarfile.GNU_FORMAT) as archive:
         data = dockerfile.encode()
@@ -354,7 +334,7 @@ def _build_image(engine: Engine, rootfs_image: str, site: Path, vllm_tree: Path,
                                    python=PYTHON, vllm_version=VLLM_VERSION, suite=SUITE,
                                    fingerprint_label=FINGERPRINT_LABEL, fingerprint=fingerprint)
     with tempfile.TemporaryFile(dir=cache, prefix=".context-") as context:
-        _write_context(context, dockerfile, {"site": site, "vllm": vllm_tree})
+        write_context(context, dockerfile, {"site": site, "vllm": vllm_tree})
         log(f"standin: build context {context.tell() / 2**20:.0f} MiB; building {LOCAL_TAG}")
         context.seek(0)
 
@@ -368,7 +348,7 @@ def _build_image(engine: Engine, rootfs_image: str, site: Path, vllm_tree: Path,
 
 # --------------------------------------------------------------------------- push
 
-def _check_registry(registry: str) -> None:
+def check_registry(registry: str) -> None:
     url = f"http://{registry}/v2/"
     try:
         with urllib.request.urlopen(url, timeout=5):
@@ -384,60 +364,61 @@ def _check_registry(registry: str) -> None:
                             f"scripts/start-registry.sh") from exc
 
 
-def _push(engine: Engine, image_id: str, repository: str, log: Log) -> str:
+def push(engine: Engine, image_id: str, repository: str, tag: str, log: Log) -> str:
     """Tag and push; returns the manifest digest (errors inside the push stream raise)."""
-    engine.tag(image_id, repository, TAG)
-    digest = engine.push(repository, TAG)
+    engine.tag(image_id, repository, tag)
+    digest = engine.push(repository, tag)
     log(f"standin: pushed {repository}@{digest}")
     return digest
 
 
 # --------------------------------------------------------------------------- entry point
 
-def build_standin_base(client: docker.DockerClient, cache_dir: Path, registry: str = "127.0.0.1:5000",
+def labels_of(engine: Engine, reference: str) -> dict[str, str] | None:
+    """The image's labels, or None when the engine has no such image."""
+    image_id = engine.image_id(reference)
+    if image_id is None:
+        return None
+    return engine.inspect(image_id)["Config"].get("Labels") or {}
+
+
+def build_standin_base(engine: Engine, cache_dir: Path, registry: str = "127.0.0.1:5000",
                        log: Log = print) -> StandinBase:
     """Build (or reuse) ``m3-image/standin-base:vllm-0.24.0`` and push it to ``registry``.
 
     ``cache_dir`` is the build cache root (``build/cache``): the vLLM wheel lives under it
     as ``vllm_site`` lays it out, and the rootfs tar and the site folder under
-    ``<cache_dir>/standin/``. Raises :class:`BuilderError` (one line) on any failure.
+    ``<cache_dir>/standin/``. Everything goes through the builder's :class:`Engine`.
+    Raises :class:`BuilderError` (one line) on any failure.
     """
     cache_dir = Path(cache_dir)
     cache = cache_dir / "standin"
     cache.mkdir(parents=True, exist_ok=True)
     timings: dict = {}
     repository = f"{registry}/{LOCAL_REPOSITORY}"
-    engine = Engine(client)
-    try:
-        client.ping()
-    except (docker.errors.DockerException, requests.exceptions.RequestException, OSError) as exc:
-        raise EngineError(f"Docker engine unreachable at {client.api.base_url} ({type(exc).__name__}): "
-                          "start it with scripts/start-dockerd.sh") from None
-    _check_registry(registry)
+    check_registry(registry)
     with _locked(cache / ".lock"):
         rootfs_fp, site_fp = _rootfs_fingerprint(), _site_fingerprint()
         fingerprint = _image_fingerprint(rootfs_fp, site_fp)
-        image = None
-        with contextlib.suppress(docker.errors.ImageNotFound):
-            image = client.images.get(LOCAL_TAG)
-        if image is not None and image.labels.get(FINGERPRINT_LABEL) != fingerprint:
+        labels = labels_of(engine, LOCAL_TAG)
+        if labels is not None and labels.get(FINGERPRINT_LABEL) != fingerprint:
             log(f"standin: {LOCAL_TAG} exists but was built from other inputs; rebuilding")
-            image = None
-        if image is not None:
-            log(f"standin: reusing {LOCAL_TAG} ({image.short_id})")
+            labels = None
+        if labels is not None:
+            image_id = engine.image_id(LOCAL_TAG)
+            log(f"standin: reusing {LOCAL_TAG} ({image_id[7:19]})")
         else:
             tar_path = _rootfs_tar(cache, log, timings)
-            rootfs_image = _import_rootfs(client, tar_path, log)
+            rootfs_image = _import_rootfs(engine, tar_path, log)
             site = _site_dir(cache_dir, cache, log, timings)
             vllm_tree = vllm_site(cache_dir) / "vllm"
             start = time.monotonic()
             image_id = _build_image(engine, rootfs_image, site, vllm_tree, fingerprint, cache, log)
             timings["image_build_s"] = round(time.monotonic() - start, 1)
-            image = client.images.get(image_id)
         start = time.monotonic()
-        digest = _push(engine, image.id, repository, log)
+        digest = push(engine, image_id, repository, TAG, log)
         timings["push_s"] = round(time.monotonic() - start, 1)
-    size = int(image.attrs.get("Size") or 0)
+    size = int(engine.inspect(image_id).get("Size") or 0)
     return StandinBase(local_tag=LOCAL_TAG, repository=repository, digest=digest,
-                       reference=f"{repository}@{digest}", image_id=image.id, size=size,
+                       reference=f"{repository}@{digest}", image_id=image_id, size=size,
                        timings=timings)
