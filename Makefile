@@ -9,7 +9,7 @@ IMAGE   ?=
 BUILDER := $(PY) -m builder --spec $(SPEC)
 TARGET_ARG := $(if $(TARGET),--target $(TARGET),)
 
-.PHONY: venv services standin lock image dry-run demo test validate push resolve verify bench bench-convert bench-delivery clean
+.PHONY: patches check-patches bench-gpu venv services standin lock image dry-run demo test validate push resolve verify bench bench-convert bench-delivery clean
 
 venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml requirements/vllm-runtime.txt
@@ -63,6 +63,12 @@ bench: venv          ## build-time figures: incremental build, delta bytes, no-o
 
 bench-convert: venv  ## MXFP8 -> block-FP8 conversion throughput and error (CPU here)
 	$(PY) bench/bench_convert.py --device cpu
+
+patches:             ## regenerate the new-file patches (0001) from patches/src/
+	$(PYTHON) patches/regen.py
+
+check-patches:       ## fail if a generated patch drifted from patches/src/
+	$(PYTHON) patches/regen.py --check
 
 clean:
 	rm -rf build/context build/reports
