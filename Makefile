@@ -9,7 +9,7 @@ IMAGE   ?=
 BUILDER := $(PY) -m builder --spec $(SPEC)
 TARGET_ARG := $(if $(TARGET),--target $(TARGET),)
 
-.PHONY: patches check-patches bench-gpu venv services standin lock image dry-run demo test validate push resolve verify bench bench-convert bench-delivery clean
+.PHONY: patches check-patches sweep-numerics venv services standin lock image dry-run demo test validate push resolve verify bench bench-convert bench-delivery clean
 
 venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml requirements/vllm-runtime.txt
@@ -69,6 +69,9 @@ patches:             ## regenerate the new-file patches (0001) from patches/src/
 
 check-patches:       ## fail if a generated patch drifted from patches/src/
 	$(PYTHON) patches/regen.py --check
+
+sweep-numerics: venv ## printed sweep behind the numerics gates: 8 seeds, correct images and subtle faults (CPU)
+	$(PY) bench/sweep_numerics.py --seeds 8
 
 clean:
 	rm -rf build/context build/reports

@@ -50,12 +50,19 @@ def test_suite_passes_on_the_patched_tree(patched_tree, suite):
     num = run.check("numerics_vs_native")["details"]
     assert num["shape"] == {"tokens": 16, "hidden": 6144, "inter": 384, "experts": 8, "top_k": 4}
     assert num["rel_err_weights"] < 1e-4            # pow2 conversion: only subnormal re-rounding
-    assert 0.04 < num["rel_err_vs_golden"] < 0.08     # measured 0.063
-    assert 0.03 < num["rel_err_vs_bf16"] < 0.06       # measured 0.043
-    assert 0.03 < num["native_vs_bf16"] < 0.06        # measured 0.047
+    assert num["max_tile_rel_err_weights"] < 1e-4   # measured 1.9e-6 (problem v2)
+    assert 0.06 < num["rel_err_vs_golden"] < 0.09     # measured 0.073 (problem v2; v1: 0.063)
+    assert 0.04 < num["rel_err_vs_bf16"] < 0.07       # measured 0.055 (v1: 0.043)
+    assert 0.04 < num["native_vs_bf16"] < 0.07        # measured 0.057 (v1: 0.047)
     assert num["golden_vs_native_emulation"] == 0.0  # golden recorded with this exact emulation
     assert num["converted_nonfinite"] == 0
-    assert num["thresholds"] == {"rel_err_vs_golden": 0.1, "rel_err_vs_bf16": 0.08, "rel_err_weights": 0.05}
+    # alpha/beta/clamp come from the MoE kernel the image's ModelOpt layer built
+    assert num["swiglu_image"] == {"alpha": 1.702, "beta": 1.0, "limit": 7.0, "source": "experts"}
+    assert num["image_vs_emulation"] == 0.0
+    # thresholds re-derived for problem v2 (issue 9): docs/validation.md
+    assert num["thresholds"] == {"rel_err_vs_golden": 0.13, "rel_err_vs_bf16": 0.11, "rel_err_weights": 0.05,
+                                 "max_tile_rel_err_weights": 0.1, "image_vs_emulation": 0.005,
+                                 "device_vs_emulation": 0.005}
 
     junit = ET.parse(run.report_dir / "junit.xml").getroot()
     ts = junit.find("testsuite")
