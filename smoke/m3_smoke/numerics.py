@@ -180,12 +180,18 @@ def swiglu_oai(g: torch.Tensor, alpha: float, beta: float, limit: float | None) 
     return gate * torch.sigmoid(alpha * gate) * (up + beta)
 
 
-def group_quant_act(x: torch.Tensor, fp8_dtype: torch.dtype, fp8_max: float, group: int = 128):
-    """vLLM ``per_token_group_quant_fp8`` (1x128), returned dequantized in fp64."""
+def group_quant_act(x: torch.Tensor, fp8_dtype: torch.dtype, fp8_max: float, group: int = 128,
+                    scale_div: bool = False):
+    """vLLM ``per_token_group_quant_fp8`` (1x128), returned dequantized in fp64.
+
+    ``scale_div``: the scale as ``amax / fp8_max`` (IEEE division) instead of
+    ``amax * (1 / fp8_max)``. The two differ by one ulp for some groups, which moves
+    FP8 rounding ties; kernels differ in which one they compute (the H200 run of vLLM's
+    Triton fallback matched the product form), so device comparisons try both."""
     M, K = x.shape
     xb = x.to(torch.float32).view(M, K // group, group)
     amax = xb.abs().amax(-1).clamp(min=1e-10)
-    s = amax * (1.0 / fp8_max)
+    s = amax / fp8_max if scale_div else amax * (1.0 / fp8_max)
     q = (xb / s.unsqueeze(-1)).clamp(-fp8_max, fp8_max).to(fp8_dtype)
     return (q.to(torch.float64) * s.to(torch.float64).unsqueeze(-1)).view(M, K)
 
@@ -269,14 +275,15 @@ def convert_weights(prob: dict, convert, fp8_dtype=torch.float8_e4m3fnuz) -> dic
     return out
 
 
-def block_fp8_emulated(prob: dict, conv: dict, fp8_dtype=torch.float8_e4m3fnuz, swiglu: dict | None = None) -> torch.Tensor:
+def block_fp8_emulated(prob: dict, conv: dict, fp8_dtype=torch.float8_e4m3fnuz, swiglu: dict | None = None,
+                       scale_div: bool = False) -> torch.Tensor:
     """CPU emulation of vLLM's Triton block-FP8 fused MoE on the converted weights.
 
     ``swiglu`` ({alpha, beta, limit}): the activation's parameters; default: the
     problem's (the MiniMax-M3 reference values)."""
     p = dict(prob["params"], **(swiglu or {}))
     amax = FNUZ_DYN_MAX if fp8_dtype == torch.float8_e4m3fnuz else FN_DYN_MAX
-    xq = group_quant_act(prob["hidden"], fp8_dtype, amax)
+    xq = group_quant_act(prob["hidden"], fp8_dtype, amax, scale_div=scale_div)
 
     def gemm1(e, r):
         w = dequant_block(conv["w13"][e], conv["w13_scale"][e])
@@ -284,7 +291,7 @@ def block_fp8_emulated(prob: dict, conv: dict, fp8_dtype=torch.float8_e4m3fnuz, 
 
     def act(g1):
         a = swiglu_oai(g1, p["alpha"], p["beta"], p["limit"]).to(torch.bfloat16)
-        return group_quant_act(a, fp8_dtype, amax)
+        return group_quant_act(a, fp8_dtype, amax, scale_div=scale_div)
 
     def gemm2(e, a, w):
         w2 = dequant_block(conv["w2"][e], conv["w2_scale"][e])
