@@ -186,8 +186,8 @@ def group_quant_act(x: torch.Tensor, fp8_dtype: torch.dtype, fp8_max: float, gro
 
     ``scale_div``: the scale as ``amax / fp8_max`` (IEEE division) instead of
     ``amax * (1 / fp8_max)``. The two differ by one ulp for some groups, which moves
-    FP8 rounding ties; kernels differ in which one they compute (the H200 run of vLLM's
-    Triton fallback matched the product form), so device comparisons try both."""
+    FP8 rounding ties (CPU dry run, FNUZ max 224: 0.0068 between the two); kernels may
+    compute either, so device comparisons try both."""
     M, K = x.shape
     xb = x.to(torch.float32).view(M, K // group, group)
     amax = xb.abs().amax(-1).clamp(min=1e-10)
