@@ -43,7 +43,8 @@ def test_moe_sum_and_group_quant():
     s = torch.empty(1, 2)
     ops.per_token_group_fp8_quant_torch(x, q, s, 128, 1e-10, -448.0, 448.0, False, False, False)
     assert torch.equal(s, torch.tensor([[3.0, 5.0]]) / 448.0)
-    assert float((q.float() * s.repeat_interleave(128, 1) - x).abs().max()) < 0.2  # half an E4M3 step at the top: 16 * 5/448
+    # half an E4M3 step at the top: 16 * 5/448
+    assert float((q.float() * s.repeat_interleave(128, 1) - x).abs().max()) < 0.2
 
 
 def test_install_never_shadows_and_names_what_it_added():
