@@ -9,7 +9,7 @@ IMAGE   ?=
 BUILDER := $(PY) -m builder --spec $(SPEC)
 TARGET_ARG := $(if $(TARGET),--target $(TARGET),)
 
-.PHONY: venv services standin lock image dry-run demo demo-pinned test unit validate push resolve verify bench bench-convert bench-delivery clean
+.PHONY: patches check-patches sweep-numerics gpu-bundle venv services standin lock image dry-run demo demo-pinned test unit validate push resolve verify bench bench-convert bench-delivery clean
 
 venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml requirements/vllm-runtime.txt
@@ -73,6 +73,18 @@ bench: venv          ## build-time figures: incremental build, delta bytes, no-o
 
 bench-convert: venv  ## MXFP8 -> block-FP8 conversion throughput and error (CPU here)
 	$(PY) bench/bench_convert.py --device cpu
+
+patches:             ## regenerate the new-file patches (0001) from patches/src/
+	$(PYTHON) patches/regen.py
+
+check-patches:       ## fail if a generated patch drifted from patches/src/
+	$(PYTHON) patches/regen.py --check
+
+sweep-numerics: venv ## printed sweep behind the numerics gates: 8 seeds, correct images and subtle faults (CPU)
+	$(PY) bench/sweep_numerics.py --seeds 8
+
+gpu-bundle: venv     ## .gpu/ for tests/gpu/device_numerics.py on a CUDA machine without vLLM or network
+	PY=$(PY) bash tests/gpu/make_bundle.sh
 
 clean:
 	rm -rf build/context build/reports

@@ -2,8 +2,8 @@
 """Benchmark the MXFP8 -> 128x128 block-FP8 load-time conversion (patch 0001).
 
 Imports the conversion module from a patched vLLM tree (``--vllm-site``: the
-folder holding the patched ``vllm/``); without it, copies the pristine vLLM
-0.24.0 tree from build/cache to a temp dir and applies ``patches/series``.
+folder holding the patched ``vllm/``); without it, straight from its source file
+``patches/src/vllm/...`` (patch 0001 is generated from that file).
 
 Figures: GB/s processed (weights + scales read, block weights + scales written),
 that rate as a fraction of a memory-copy bandwidth measured here (copy counts
@@ -27,9 +27,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import shutil
-import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -40,23 +37,10 @@ MODULE = "vllm/model_executor/layers/quantization/utils/mxfp8_block_fp8.py"
 FN, FNUZ = torch.float8_e4m3fn, torch.float8_e4m3fnuz
 
 
-def patched_site_from_cache() -> Path:
-    sys.path.insert(0, str(REPO))
-    from standin.vllm_sources import vllm_site
-
-    from builder.patchstack import apply_stack, load_series
-
-    pristine = vllm_site(REPO / "build" / "cache")
-    site = Path(tempfile.mkdtemp(prefix="bench-vllm-"))
-    shutil.copytree(pristine / "vllm", site / "vllm")
-    apply_stack(load_series(REPO / "patches" / "series"), site)     # the builder's own stack, zero fuzz
-    return site
-
-
 def load_module(site: Path):
     path = site / MODULE
     if not path.is_file():
-        raise SystemExit(f"{path} not found: is {site} a patched vLLM tree?")
+        raise SystemExit(f"error: {path} not found: is {site} a patched vLLM tree?")
     name = "vllm.model_executor.layers.quantization.utils.mxfp8_block_fp8"
     spec = importlib.util.spec_from_file_location(name, path)
     mod = importlib.util.module_from_spec(spec)
@@ -369,8 +353,8 @@ def main():
     args.err_experts = args.err_experts or (4 if cuda else 2)
     dev = torch.device(args.device)
 
-    site = args.vllm_site or patched_site_from_cache()
-    conv = load_module(site.resolve())
+    site = (args.vllm_site or REPO / "patches" / "src").resolve()
+    conv = load_module(site)
     report = {"module": str(site / MODULE), "device": args.device,
               "device_name": torch.cuda.get_device_name() if cuda else "cpu",
               "torch": torch.__version__}

@@ -29,7 +29,8 @@ def _source_files(root: Path) -> list[Path]:
 # check images without changing them, so editing them leaves every lock and content tag alone.
 # tests/builder/test_inputs.py fails when a module is in neither list.
 IMAGE_SHAPING = ("assemble.py", "base.py", "context.py", "dockerfile.py", "engine.py", "hashing.py",
-                 "inputs.py", "lock.py", "patchstack.py", "provenance.py", "spec.py", "tree.py", "workflow.py")
+                 "image_layout.py", "inputs.py", "layer.py", "lock.py", "manifest.py", "patchstack.py",
+                 "provenance.py", "reference.py", "spec.py", "tree.py", "workflow.py")
 NOT_IMAGE_SHAPING = ("__init__.py", "__main__.py", "cli.py", "commands/*.py", "delivery.py", "errors.py",
                      "log.py", "registry.py", "validate.py", "verify.py")
 

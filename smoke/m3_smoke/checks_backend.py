@@ -99,83 +99,38 @@ def check_backend_marker_gfx950(mode: str, device_name: str) -> dict:
 # ---------------------------------------------------------------- swiglu_params
 
 
-def _fake_layer(E: int, N: int, K: int, swiglu: dict):
+def build_converted_quant_config(mode: str, device_name: str):
+    """Run the ModelOpt MXFP8 MoE load path (the MiniMax-M3 checkpoint's method) on a
+    tiny gfx942 layer whose SwiGLU-OAI parameters come from the image's MiniMax-M3
+    model config, as the model's FusedMoE gets them. Returns (quant_config, layer,
+    backend, experts_cls, kernel swiglu, log, platform kind)."""
     import torch
 
-    from vllm.model_executor.layers.quantization.utils.mxfp8_utils import (
-        MXFP8_SCALE_DTYPE,
-        MXFP8_VALUE_DTYPE,
-    )
+    from m3_smoke import layer as L
 
-    class _Layer(torch.nn.Module):
-        def _expert_routing_tables(self):
-            return None
-
-    layer = _Layer()
+    E, N, K = 2, 256, 512
     g = torch.Generator().manual_seed(0)
 
     def w(*shape):
-        x = torch.randn(*shape, generator=g).clamp(-400, 400)
-        return torch.nn.Parameter(x.to(MXFP8_VALUE_DTYPE), requires_grad=False)
+        return torch.randn(*shape, generator=g).clamp(-400, 400).to(torch.float8_e4m3fn)
 
     def s(*shape):
-        x = torch.randint(120, 130, shape, generator=g, dtype=torch.int32)
-        return torch.nn.Parameter(x.to(MXFP8_SCALE_DTYPE), requires_grad=False)
+        return torch.randint(120, 130, shape, generator=g, dtype=torch.int32).to(torch.uint8)
 
-    layer.w13_weight = w(E, 2 * N, K)
-    layer.w2_weight = w(E, K, N)
-    layer.w13_weight_scale = s(E, 2 * N, K // 32)
-    layer.w2_weight_scale = s(E, K, N // 32)
-    layer.hidden_size = K
-    layer.intermediate_size_per_partition = N
-    layer.num_experts = E
-    layer.global_num_experts = E
-    layer.local_num_experts = E
-    layer.orig_dtype = torch.bfloat16
-    layer.params_dtype = torch.bfloat16
-    layer.swiglu_limit = swiglu["gemm1_clamp_limit"]
-    layer.swiglu_alpha = swiglu["gemm1_alpha"]
-    layer.swiglu_beta = swiglu["gemm1_beta"]
-    layer.expert_map = None
-    return layer
-
-
-def build_converted_quant_config(mode: str, device_name: str):
-    """Run the ModelOpt MXFP8 MoE load path (the MiniMax-M3 checkpoint's method)
-    on a tiny gfx942 layer and capture the FusedMoEQuantConfig it builds for the
-    kernel. Returns (quant_config, layer, backend, experts_cls, log).
-    """
-    import types
-    from unittest import mock
-
-    import vllm.model_executor.layers.quantization.modelopt as mo
-
-    from m3_smoke.vllm_env import captured_vllm_log, moe_config
-
-    E, N, K = 2, 256, 512
     ctx, kind = _platform_ctx("gfx942", mode, device_name)
-    captured = {}
-
-    def _capture_kernel(**kwargs):
-        captured.update(kwargs)
-        return types.SimpleNamespace(name="captured-by-m3_smoke")
-
-    with ctx, captured_vllm_log() as log:
-        cfg = moe_config(num_experts=E, hidden=K, intermediate=N)
-        qc = types.SimpleNamespace(is_checkpoint_mxfp8_serialized=True)
-        method = mo.ModelOptMxFp8FusedMoE(qc, cfg)
-        layer = _fake_layer(E, N, K, M3_SWIGLU)
-        with mock.patch.object(mo, "make_fp8_moe_kernel", _capture_kernel):
-            method.process_weights_after_loading(layer)
+    with ctx:
+        method, layer, captured, log = L.build_layer(
+            w(E, 2 * N, K), s(E, 2 * N, K // 32), w(E, K, N), s(E, K, N // 32), swiglu=L.image_swiglu())
     quant_config = captured.get("moe_quant_config", getattr(method, "moe_quant_config", None))
-    return quant_config, layer, getattr(method, "mxfp8_backend", None), method.experts_cls, list(log), kind
+    return (quant_config, layer, getattr(method, "mxfp8_backend", None), method.experts_cls,
+            L.kernel_swiglu(method, captured), log, kind)
 
 
 def check_swiglu_params(mode: str, device_name: str) -> dict:
     import torch
 
     try:
-        qcfg, layer, backend, cls, log, kind = build_converted_quant_config(mode, device_name)
+        qcfg, layer, backend, cls, kernel_sw, log, kind = build_converted_quant_config(mode, device_name)
     except Exception as exc:
         raise CheckFailed(f"ModelOpt MXFP8 MoE load path failed on gfx942: {type(exc).__name__}: {exc}")
     if qcfg is None:
@@ -189,6 +144,7 @@ def check_swiglu_params(mode: str, device_name: str) -> dict:
         "quant_dtype": str(qcfg.quant_dtype),
         "w13_dtype": str(layer.w13_weight.dtype),
         "w13_scale": [str(layer.w13_weight_scale.dtype), list(layer.w13_weight_scale.shape)],
+        "kernel_swiglu": kernel_sw,
         **got,
     }
     if list(qcfg.block_shape or []) != [128, 128]:
@@ -206,6 +162,11 @@ def check_swiglu_params(mode: str, device_name: str) -> dict:
     ]
     if bad:
         raise CheckFailed("SwiGLU-OAI parameters lost in the converted quant config: " + ", ".join(bad), **details)
+    kbad = [f"{k}={kernel_sw[k]!r} (want {v})" for k, v in zip(("alpha", "beta", "limit"), M3_SWIGLU.values())
+            if kernel_sw[k] is None or abs(float(kernel_sw[k]) - v) > 1e-6]
+    if kbad:
+        raise CheckFailed(f"the MoE kernel ({kernel_sw['source']}) uses other SwiGLU-OAI parameters: "
+                          + ", ".join(kbad), **details)
     if layer.w13_weight.dtype != torch.float8_e4m3fnuz and kind == "mock":
         raise CheckFailed(f"converted w13 dtype {layer.w13_weight.dtype}, want float8_e4m3fnuz", **details)
     if layer.w13_weight_scale.dtype != torch.float32 or list(layer.w13_weight_scale.shape) != [2, 4, 4]:

@@ -20,11 +20,18 @@ HEX40 = re.compile(r"^[0-9a-f]{40}$")
 DEFAULT_THRESHOLDS = {
     # relative Frobenius error of the converted block-FP8 path vs the native
     # MI355X MXFP8 golden output
-    "rel_err_vs_golden": 1e-1,
+    "rel_err_vs_golden": 1.3e-1,
     # relative Frobenius error of the converted path vs the BF16 reference
-    "rel_err_vs_bf16": 8e-2,
+    "rel_err_vs_bf16": 1.1e-1,
     # relative Frobenius error of the converted weights vs the MXFP8 weights
     "rel_err_weights": 5e-2,
+    # the same, for the worst single 128x128 tile (one tile's scale off by 2x: 1.0)
+    "max_tile_rel_err_weights": 1e-1,
+    # the converted path emulated with the SwiGLU-OAI parameters of the image's MoE
+    # kernel vs with the MiniMax-M3 reference parameters (exactly 0 when they agree)
+    "image_vs_emulation": 5e-3,
+    # on a GPU: the image's kernel on the device vs the reference emulation
+    "device_vs_emulation": 5e-3,
 }
 
 # The tuned tables the issue requires (TP8: E=128,N=384; TP8+EP8: E=16,N=3072).

@@ -43,7 +43,7 @@ M3 = {
     "weight_std": 0.02,
     "act_outlier": 8.0,
 }
-PROBLEM_VERSION = 1
+PROBLEM_VERSION = 2  # 2: per-128x128-tile magnitude spread (TILE_SCALES)
 
 MASK32 = 0xFFFFFFFF
 FN_MAX = 448.0
@@ -62,19 +62,19 @@ def _hash_u32(idx: torch.Tensor, salt: int) -> torch.Tensor:
     return h ^ (h >> 16)
 
 
-def _normal(shape, salt: int) -> torch.Tensor:
+def _normal(shape, salt: int, device="cpu") -> torch.Tensor:
     """Zero-mean, unit-variance noise (float32) from one 32-bit hash per element:
     the sum of its two 16-bit halves (triangular). Integer and exact float ops
-    only, so it is bit-identical on every torch build."""
+    only, so it is bit-identical on every torch build and device."""
     n = math.prod(shape)
-    h = _hash_u32(torch.arange(n, dtype=torch.int64), salt)
+    h = _hash_u32(torch.arange(n, dtype=torch.int64, device=device), salt)
     u = ((h >> 16) + (h & 0xFFFF)).to(torch.float32) * (1.0 / 65536.0)
     return ((u - 1.0) * 2.4494898).view(*shape)
 
 
-def _pick(shape, salt: int, table) -> torch.Tensor:
-    h = _hash_u32(torch.arange(math.prod(shape), dtype=torch.int64), salt)
-    return torch.tensor(table, dtype=torch.float32)[h % len(table)].view(*shape)
+def _pick(shape, salt: int, table, device="cpu") -> torch.Tensor:
+    h = _hash_u32(torch.arange(math.prod(shape), dtype=torch.int64, device=device), salt)
+    return torch.tensor(table, dtype=torch.float32, device=device)[h % len(table)].view(*shape)
 
 
 def mx_quantize_weight(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -90,30 +90,38 @@ def mx_quantize_weight(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 ROW_SCALES = (0.5, 0.75, 1.0, 1.0, 1.5, 2.0)
 BLOCK_BOOST = (1.0,) * 31 + (8.0,)  # ~3% of 32-blocks carry 8x larger weights
+# Each 128x128 tile gets its own magnitude (2^-3 .. 2^3), so the tile scales differ
+# from tile to tile: a scale grid read in the wrong layout, or one tile's scale off
+# by a power of two, changes the dequantized weights measurably.
+TILE_SCALES = (0.125, 0.25, 0.5, 1.0, 1.0, 2.0, 4.0, 8.0)
 
 
-def make_problem(p: dict = M3) -> dict:
+def make_problem(p: dict = M3, device="cpu") -> dict:
     H, I, E, K, T, s = p["hidden"], p["inter"], p["experts"], p["top_k"], p["tokens"], p["seed"]
     salt = s * 1000
 
-    # expert weights with per-row magnitude spread and some outlier 32-blocks, so
-    # the E8M0 scales inside one 128x128 block differ (what the conversion loses)
+    # expert weights with per-tile and per-row magnitude spread and some outlier
+    # 32-blocks, so the E8M0 scales inside one 128x128 block differ (what the
+    # conversion must handle) and the tile scales differ from tile to tile
     def weight(shape, k):
-        w = _normal(shape, salt + k)
-        w *= _pick(shape[:-1], salt + k + 100, ROW_SCALES).unsqueeze(-1) * p["weight_std"]
-        boost = _pick(shape[:-1] + (shape[-1] // 32,), salt + k + 200, BLOCK_BOOST)
+        w = _normal(shape, salt + k, device)
+        w *= _pick(shape[:-1], salt + k + 100, ROW_SCALES, device).unsqueeze(-1) * p["weight_std"]
+        boost = _pick(shape[:-1] + (shape[-1] // 32,), salt + k + 200, BLOCK_BOOST, device)
         w.view(*shape[:-1], shape[-1] // 32, 32).mul_(boost.unsqueeze(-1))
+        e, n, c = shape
+        tiles = _pick((e, -(-n // 128), -(-c // 128)), salt + k + 300, TILE_SCALES, device)
+        w.mul_(tiles.repeat_interleave(128, 1)[:, :n].repeat_interleave(128, 2)[:, :, :c])
         return w
 
     w13_q, w13_s = mx_quantize_weight(weight((E, 2 * I, H), 1))
     w2_q, w2_s = mx_quantize_weight(weight((E, H, I), 2))
-    x = _normal((T, H), salt + 3)
+    x = _normal((T, H), salt + 3, device)
     x[:, 7::997] *= p["act_outlier"]  # a few large-activation channels
     x = x.to(torch.bfloat16)
     # routing: top-k of hashed logits, weights = hashed positive values, renormalized
-    logits = _normal((T, E), salt + 4)
+    logits = _normal((T, E), salt + 4, device)
     tid = torch.topk(logits, K, dim=-1).indices
-    v = 1.0 + _pick((T, K), salt + 5, tuple(i / 8 for i in range(8)))
+    v = 1.0 + _pick((T, K), salt + 5, tuple(i / 8 for i in range(8)), device)
     tot = v[:, 0] + v[:, 1] + v[:, 2] + v[:, 3] if K == 4 else v.sum(-1)
     tw = v / tot.unsqueeze(-1)
     return {
@@ -172,12 +180,18 @@ def swiglu_oai(g: torch.Tensor, alpha: float, beta: float, limit: float | None) 
     return gate * torch.sigmoid(alpha * gate) * (up + beta)
 
 
-def group_quant_act(x: torch.Tensor, fp8_dtype: torch.dtype, fp8_max: float, group: int = 128):
-    """vLLM ``per_token_group_quant_fp8`` (1x128), returned dequantized in fp64."""
+def group_quant_act(x: torch.Tensor, fp8_dtype: torch.dtype, fp8_max: float, group: int = 128,
+                    scale_div: bool = False):
+    """vLLM ``per_token_group_quant_fp8`` (1x128), returned dequantized in fp64.
+
+    ``scale_div``: the scale as ``amax / fp8_max`` (IEEE division) instead of
+    ``amax * (1 / fp8_max)``. The two differ by one ulp for some groups, which moves
+    FP8 rounding ties (CPU dry run, FNUZ max 224: 0.0068 between the two); kernels may
+    compute either, so device comparisons try both."""
     M, K = x.shape
     xb = x.to(torch.float32).view(M, K // group, group)
     amax = xb.abs().amax(-1).clamp(min=1e-10)
-    s = amax * (1.0 / fp8_max)
+    s = amax / fp8_max if scale_div else amax * (1.0 / fp8_max)
     q = (xb / s.unsqueeze(-1)).clamp(-fp8_max, fp8_max).to(fp8_dtype)
     return (q.to(torch.float64) * s.to(torch.float64).unsqueeze(-1)).view(M, K)
 
@@ -191,7 +205,7 @@ def dequant_block(q: torch.Tensor, s: torch.Tensor, block: int = 128) -> torch.T
 def _routed(prob):
     T, K = prob["topk_ids"].shape
     ids = prob["topk_ids"].reshape(-1).to(torch.int64)
-    rows = torch.arange(T).repeat_interleave(K)
+    rows = torch.arange(T, device=ids.device).repeat_interleave(K)
     return ids, rows, prob["topk_weights"].reshape(-1)
 
 
@@ -199,7 +213,7 @@ def _moe(prob, gemm1, act, gemm2, finish):
     """Generic loop over experts; the callbacks define one path."""
     T, H = prob["hidden"].shape
     ids, rows, tw = _routed(prob)
-    out = torch.zeros(ids.numel(), H, dtype=torch.float64)
+    out = torch.zeros(ids.numel(), H, dtype=torch.float64, device=ids.device)
     for e in ids.unique().tolist():
         sel = (ids == e).nonzero().flatten()
         g1 = gemm1(e, rows[sel])
@@ -261,11 +275,15 @@ def convert_weights(prob: dict, convert, fp8_dtype=torch.float8_e4m3fnuz) -> dic
     return out
 
 
-def block_fp8_emulated(prob: dict, conv: dict, fp8_dtype=torch.float8_e4m3fnuz) -> torch.Tensor:
-    """CPU emulation of vLLM's Triton block-FP8 fused MoE on the converted weights."""
-    p = prob["params"]
+def block_fp8_emulated(prob: dict, conv: dict, fp8_dtype=torch.float8_e4m3fnuz, swiglu: dict | None = None,
+                       scale_div: bool = False) -> torch.Tensor:
+    """CPU emulation of vLLM's Triton block-FP8 fused MoE on the converted weights.
+
+    ``swiglu`` ({alpha, beta, limit}): the activation's parameters; default: the
+    problem's (the MiniMax-M3 reference values)."""
+    p = dict(prob["params"], **(swiglu or {}))
     amax = FNUZ_DYN_MAX if fp8_dtype == torch.float8_e4m3fnuz else FN_DYN_MAX
-    xq = group_quant_act(prob["hidden"], fp8_dtype, amax)
+    xq = group_quant_act(prob["hidden"], fp8_dtype, amax, scale_div=scale_div)
 
     def gemm1(e, r):
         w = dequant_block(conv["w13"][e], conv["w13_scale"][e])
@@ -273,61 +291,13 @@ def block_fp8_emulated(prob: dict, conv: dict, fp8_dtype=torch.float8_e4m3fnuz) 
 
     def act(g1):
         a = swiglu_oai(g1, p["alpha"], p["beta"], p["limit"]).to(torch.bfloat16)
-        return group_quant_act(a, fp8_dtype, amax)
+        return group_quant_act(a, fp8_dtype, amax, scale_div=scale_div)
 
     def gemm2(e, a, w):
         w2 = dequant_block(conv["w2"][e], conv["w2_scale"][e])
         return ((a @ w2.T).to(torch.float32) * w.unsqueeze(-1)).to(torch.bfloat16)
 
     return _moe(prob, gemm1, act, gemm2, lambda o: o.to(torch.float32).sum(1).to(torch.bfloat16))
-
-
-def block_fp8_device(prob: dict, conv: dict, device: str = "cuda", pad_experts_to: int = 128):
-    """The real vLLM Triton block-FP8 fused-MoE kernel on the GPU.
-
-    The problem's experts are embedded in a ``pad_experts_to``-expert layer (the
-    rest zero and never routed to), so vLLM looks up the E=128,N=384 tuned table
-    exactly as for MiniMax-M3 at TP8. Returns (output, vLLM's config log lines).
-    """
-    from vllm.model_executor.layers.fused_moe.activation import MoEActivation
-    from vllm.model_executor.layers.fused_moe.config import fp8_w8a8_moe_quant_config
-    from vllm.model_executor.layers.fused_moe.fused_moe import fused_experts, get_moe_configs
-
-    from m3_smoke.vllm_env import captured_vllm_log
-
-    p = prob["params"]
-    E = conv["w13"].shape[0]
-    total = max(E, pad_experts_to)
-
-    def padded(t):
-        out = torch.zeros((total, *t.shape[1:]), dtype=t.dtype, device=device)
-        out[:E].copy_(t.to(device))
-        return out
-
-    d = {k: padded(v) for k, v in conv.items()}
-    qc = fp8_w8a8_moe_quant_config(
-        w1_scale=d["w13_scale"],
-        w2_scale=d["w2_scale"],
-        block_shape=[128, 128],
-        gemm1_alpha=p["alpha"],
-        gemm1_beta=p["beta"],
-        gemm1_clamp_limit=p["limit"],
-    )
-    get_moe_configs.cache_clear()
-    with captured_vllm_log() as log:
-        out = fused_experts(
-            prob["hidden"].to(device),
-            d["w13"],
-            d["w2"],
-            prob["topk_weights"].to(device),
-            prob["topk_ids"].to(device),
-            activation=MoEActivation.SWIGLUOAI_UNINTERLEAVE,
-            global_num_experts=total,
-            quant_config=qc,
-        )
-        torch.cuda.synchronize()
-    cfg = [ln for ln in log if "configuration from" in ln or "default MoE config" in ln]
-    return out.cpu(), cfg
 
 
 def native_mxfp8_device(prob: dict, device: str = "cuda") -> torch.Tensor:
@@ -355,6 +325,19 @@ def native_mxfp8_device(prob: dict, device: str = "cuda") -> torch.Tensor:
     return out.cpu()
 
 
+def tile_rel_errors(q: torch.Tensor, s: torch.Tensor, bq: torch.Tensor, bs: torch.Tensor, block: int = 128):
+    """Relative Frobenius error of each 128x128 tile of the converted weights
+    (``bq``, ``bs``) against the MXFP8 weights (``q``, ``s``), one expert:
+    returns [ceil(N/128), ceil(K/128)] float64 (0 where the tile is all zero)."""
+    ref, got = dequant_mx(q, s), dequant_block(bq, bs, block)
+    N, K = ref.shape
+    nt, kt = -(-N // block), -(-K // block)
+    pad = (0, kt * block - K, 0, nt * block - N)
+    d2 = torch.nn.functional.pad((got - ref) ** 2, pad).view(nt, block, kt, block).sum((1, 3))
+    r2 = torch.nn.functional.pad(ref**2, pad).view(nt, block, kt, block).sum((1, 3))
+    return torch.where(r2 > 0, (d2 / r2.clamp_min(1e-300)).sqrt(), torch.sqrt(d2))
+
+
 def rel_err(a: torch.Tensor, ref: torch.Tensor) -> float:
-    a64, r64 = a.to(torch.float64), ref.to(torch.float64)
+    a64, r64 = a.to(torch.float64).cpu(), ref.to(torch.float64).cpu()
     return float(torch.linalg.norm(a64 - r64) / torch.linalg.norm(r64))

@@ -158,7 +158,7 @@ def captured_vllm_log():
         lg.setLevel(old)
 
 
-def moe_config(*, num_experts=128, top_k=4, hidden=6144, intermediate=3072):
+def moe_config(*, num_experts=128, top_k=4, hidden=6144, intermediate=3072, swiglu=None, device="cpu"):
     """A MiniMax-M3-shaped ``FusedMoEConfig`` (TP1 view of one MoE layer)."""
     from vllm.model_executor.layers.fused_moe.activation import MoEActivation
     from vllm.model_executor.layers.fused_moe.config import (
@@ -167,6 +167,7 @@ def moe_config(*, num_experts=128, top_k=4, hidden=6144, intermediate=3072):
         RoutingMethodType,
     )
 
+    sw = swiglu or {"alpha": 1.702, "beta": 1.0, "limit": 7.0}
     return FusedMoEConfig(
         num_experts=num_experts,
         experts_per_token=top_k,
@@ -175,13 +176,13 @@ def moe_config(*, num_experts=128, top_k=4, hidden=6144, intermediate=3072):
         num_local_experts=num_experts,
         num_logical_experts=num_experts,
         activation=MoEActivation.SWIGLUOAI_UNINTERLEAVE,
-        device="cpu",
+        device=device,
         routing_method=RoutingMethodType.Renormalize,
         moe_parallel_config=FusedMoEParallelConfig.make_no_parallel(),
         in_dtype=torch.bfloat16,
-        swiglu_limit=7.0,
-        swiglu_alpha=1.702,
-        swiglu_beta=1.0,
+        swiglu_limit=sw["limit"],
+        swiglu_alpha=sw["alpha"],
+        swiglu_beta=sw["beta"],
     )
 
 

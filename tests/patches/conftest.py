@@ -4,6 +4,7 @@ session tmp dir and patched with GNU patch (zero fuzz), importable as ``vllm``."
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import logging
 import shutil
 import subprocess
@@ -67,12 +68,28 @@ def vllm_on_path(patched_site: Path):
     sys.path.remove(str(patched_site))
 
 
+CONVERSION_REL = "vllm/model_executor/layers/quantization/utils/mxfp8_block_fp8.py"
+CONVERSION_SRC = PATCHES / "src" / CONVERSION_REL   # the real file; patch 0001 is generated from it
+
+
+def load_conversion_source():
+    """The conversion module imported straight from ``patches/src`` (torch + stdlib only)."""
+    spec = importlib.util.spec_from_file_location("m3_mxfp8_block_fp8_src", CONVERSION_SRC)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 @pytest.fixture(scope="session")
-def conv(vllm_on_path):
-    """The conversion module, imported from the patched vLLM tree."""
-    return importlib.import_module(
-        "vllm.model_executor.layers.quantization.utils.mxfp8_block_fp8"
-    )
+def conv():
+    """The conversion module, imported directly from its source file (no vLLM tree needed)."""
+    return load_conversion_source()
+
+
+@pytest.fixture(scope="session")
+def conv_in_tree(vllm_on_path):
+    """The same module as the patched vLLM tree imports it (after patch 0001)."""
+    return importlib.import_module(CONVERSION_REL[:-3].replace("/", "."))
 
 
 class _ListHandler(logging.Handler):

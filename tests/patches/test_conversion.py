@@ -1,6 +1,7 @@
 """MXFP8 -> 128x128 block-FP8 conversion, checked against independent references.
 
-The module under test is imported from the patched vLLM 0.24.0 tree."""
+The module under test is imported directly from patches/src (patch 0001 is generated from it;
+tests/patches/test_regen.py proves the two agree and that the patched tree holds the same bytes)."""
 
 from __future__ import annotations
 

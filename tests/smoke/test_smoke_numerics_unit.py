@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import sys
 
 import pytest
@@ -97,3 +98,60 @@ def test_shipped_golden_is_small_and_matches_the_emulation():
     assert numerics.inputs_sha256(prob) == doc["inputs_sha256"]
     if doc["producer"]["kind"] == "cpu-emulation":
         assert torch.equal(numerics.native_mxfp8_emulated(prob), out)
+
+
+def _src_conversion():
+    from pathlib import Path
+
+    src = (Path(__file__).resolve().parents[2] / "patches/src/vllm/model_executor/layers/quantization/utils"
+           / "mxfp8_block_fp8.py")
+    spec = importlib.util.spec_from_file_location("m3_conv_src_for_numerics", src)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_problem_v2_has_tile_to_tile_spread():
+    prob = numerics.make_problem(SMALL)
+    s = prob["w13_scale"].to(torch.int32)  # [E, N, K/32]
+    tile_max = s.view(4, 4, 128, 4, 4).amax(dim=(2, 4))  # per expert, per 128x128 tile
+    # tile scales differ from tile to tile by several powers of two inside one expert
+    assert int((tile_max.amax((1, 2)) - tile_max.amin((1, 2))).min()) >= 3
+    assert numerics.PROBLEM_VERSION == 2
+
+
+def test_per_tile_gate_names_one_doubled_tile():
+    from m3_smoke import checks_numerics as C
+    from m3_smoke.manifest import DEFAULT_THRESHOLDS
+
+    conv_mod = _src_conversion()
+    prob = numerics.make_problem(SMALL)
+    conv = {}
+    for n in ("w13", "w2"):
+        conv[n], conv[f"{n}_scale"] = conv_mod.convert_mxfp8_to_block_fp8(
+            prob[n], prob[f"{n}_scale"], fp8_dtype=torch.float8_e4m3fnuz)
+    good = C.weight_errors(prob, conv)
+    assert good["max_tile_rel_err_weights"] < 1e-5
+    conv["w2_scale"] = conv["w2_scale"].clone()
+    conv["w2_scale"][2, 1, 1] *= 2
+    bad = C.weight_errors(prob, conv)
+    assert bad["max_tile_rel_err_weights"] == pytest.approx(1.0, abs=1e-5)
+    assert bad["worst_tile"] == ["w2", 2, 1, 1]
+    msgs = C.gate(dict(bad, rel_err_vs_golden=0.07, rel_err_vs_bf16=0.05, image_vs_emulation=0.0),
+                  DEFAULT_THRESHOLDS)
+    assert "max_tile_rel_err_weights=1 > 0.1 (worst tile: w2 expert 2 tile [1,1])" in msgs
+
+
+def test_gate_device_metrics():
+    from m3_smoke import checks_numerics as C
+    from m3_smoke.manifest import DEFAULT_THRESHOLDS
+
+    base = {"rel_err_weights": 1e-6, "max_tile_rel_err_weights": 2e-6, "rel_err_vs_golden": 0.07,
+            "rel_err_vs_bf16": 0.05, "image_vs_emulation": 0.0}
+    assert C.gate(dict(base), DEFAULT_THRESHOLDS) == []
+    dev = dict(base, device_rel_err_vs_golden=0.07, device_rel_err_vs_bf16=0.05, device_vs_emulation=0.0255,
+               device_conversion_mismatch={"total": 3}, device_nonfinite=0)
+    assert C.gate(dev, DEFAULT_THRESHOLDS) == [
+        "device_vs_emulation=0.0255 > 0.005",
+        "device conversion differs from the CPU path (3 bytes/scales)",
+    ]
