@@ -9,7 +9,7 @@ IMAGE   ?=
 BUILDER := $(PY) -m builder --spec $(SPEC)
 TARGET_ARG := $(if $(TARGET),--target $(TARGET),)
 
-.PHONY: patches check-patches sweep-numerics gpu-bundle venv services standin lock image dry-run demo demo-pinned test unit validate push resolve verify bench bench-convert bench-delivery clean
+.PHONY: patches check-patches sweep-numerics gpu-bundle venv services standin lock image dry-run demo demo-pinned test unit validate push resolve verify bench bench-convert bench-delivery lint clean
 
 venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml requirements/vllm-runtime.txt
@@ -49,6 +49,11 @@ demo-pinned: venv services  ## the production definition on the pinned-faithful 
 
 test: venv           ## the whole suite (docker tests included: run `make services` first)
 	$(PY) -m pytest -q
+
+lint: venv           ## ruff (lint + format check) and mypy, configured in pyproject.toml
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
 
 unit: venv           ## fast engine-free unit tests (seconds): no docker, no registry, no network, no vLLM sources
 	$(PY) -m pytest -q -p no:cacheprovider -m "not docker and not registry and not vllm_sources" tests/unit tests/builder

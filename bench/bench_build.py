@@ -45,10 +45,17 @@ FAT_REPO = "127.0.0.1:5000/m3-image/bench-fat-base"
 ENGINES = ["host", "docker28-classic", "docker28-containerd", "podman"]
 
 
-def cli(spec: Path, *args: str, env: dict | None = None) -> tuple[float, subprocess.CompletedProcess]:
+def cli(
+    spec: Path, *args: str, env: dict | None = None
+) -> tuple[float, subprocess.CompletedProcess]:
     start = time.monotonic()
-    result = subprocess.run([sys.executable, "-m", "builder", "--spec", str(spec), *args], cwd=REPO,
-                            capture_output=True, text=True, env={**os.environ, **(env or {})})
+    result = subprocess.run(
+        [sys.executable, "-m", "builder", "--spec", str(spec), *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )
     elapsed = time.monotonic() - start
     if result.returncode != 0:
         sys.exit(f"bench: builder {' '.join(args)} failed:\n{result.stderr[-3000:]}")
@@ -58,19 +65,33 @@ def cli(spec: Path, *args: str, env: dict | None = None) -> tuple[float, subproc
 def engine_host(name: str) -> str | None:
     if name == "host":
         return os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
-    result = subprocess.run(["bash", str(REPO / "scripts" / "engines" / f"{name}.sh")], capture_output=True, text=True)
+    result = subprocess.run(
+        ["bash", str(REPO / "scripts" / "engines" / f"{name}.sh")], capture_output=True, text=True
+    )
     if result.returncode != 0:
-        print(f"{name}: not measured ({result.stderr.strip().splitlines()[-1] if result.stderr.strip() else 'failed'})")
+        print(
+            f"{name}: not measured ({result.stderr.strip().splitlines()[-1] if result.stderr.strip() else 'failed'})"
+        )
         return None
     return result.stdout.strip().splitlines()[-1]
 
 
 def incremental(spec: Path, runs: int, env: dict | None = None) -> tuple[float, str]:
-    cli(spec, "--quiet", "image", "--target", "standin", "--rebuild", "--skip-validation", env=env)   # warm-up
+    cli(
+        spec, "--quiet", "image", "--target", "standin", "--rebuild", "--skip-validation", env=env
+    )  # warm-up
     times, image_id = [], ""
     for _ in range(runs):
-        elapsed, result = cli(spec, "--quiet", "image", "--target", "standin", "--rebuild", "--skip-validation",
-                              env=env)
+        elapsed, result = cli(
+            spec,
+            "--quiet",
+            "image",
+            "--target",
+            "standin",
+            "--rebuild",
+            "--skip-validation",
+            env=env,
+        )
         times.append(elapsed)
         image_id = result.stdout.split()[0]
     return statistics.median(times), image_id
@@ -78,12 +99,15 @@ def incremental(spec: Path, runs: int, env: dict | None = None) -> tuple[float, 
 
 def no_op(spec: Path, runs: int, image_id: str, env: dict) -> float:
     from builder.engine import Engine
+
     target = load_spec(spec).target("standin")
     tag = content_tag(read_lock(target.lock_file))
     engine = Engine(docker.DockerClient(base_url=env["DOCKER_HOST"], timeout=600))
     engine.tag(image_id, target.repository, tag)
     try:
-        return statistics.median(cli(spec, "--quiet", "image", "--target", "standin", env=env)[0] for _ in range(runs))
+        return statistics.median(
+            cli(spec, "--quiet", "image", "--target", "standin", env=env)[0] for _ in range(runs)
+        )
     finally:
         engine.untag(f"{target.repository}:{tag}")
 
@@ -95,8 +119,11 @@ def variant_spec(spec: Path, root: Path, **changes) -> Path:
     doc = yaml.safe_load(spec.read_text())
     target = doc["targets"]["standin"]
     if "base" in target and "digest_file" in target["base"]:
-        target["base"] = {"image": target["base"]["image"], "platform": target["base"]["platform"],
-                          "digest": load_spec(spec).target("standin").base.digest}
+        target["base"] = {
+            "image": target["base"]["image"],
+            "platform": target["base"]["platform"],
+            "digest": load_spec(spec).target("standin").base.digest,
+        }
     target.update(changes)
     target["lock"] = "variant.lock.yaml"
     doc["targets"] = {"standin": target}
@@ -110,6 +137,7 @@ def variant_spec(spec: Path, root: Path, **changes) -> Path:
 def pushed_bytes(spec: Path) -> None:
     """`make push` of a lock the registry has never seen, its base already there: bytes sent."""
     import io
+
     from builder.delivery import publish
     from builder.engine import Engine
     from builder.log import StepLog
@@ -119,7 +147,9 @@ def pushed_bytes(spec: Path) -> None:
         target_doc = yaml.safe_load(spec.read_text())["targets"]["standin"]
         labels = {**(target_doc.get("labels") or {}), "io.m3-image.bench": uuid.uuid4().hex}
         repository = f"127.0.0.1:5000/m3-image/bench-push-{uuid.uuid4().hex[:8]}"
-        variant = variant_spec(spec, Path(tmp), labels=labels, output={"repository": repository, "aliases": []})
+        variant = variant_spec(
+            spec, Path(tmp), labels=labels, output={"repository": repository, "aliases": []}
+        )
         sys.path.insert(0, tmp)
         locked = check_inputs_against_lock(load_target(str(variant), "standin"))
         log = StepLog(stream=io.StringIO())
@@ -130,14 +160,18 @@ def pushed_bytes(spec: Path) -> None:
     kinds = sorted(set(published.blobs.values()))
     counts = ", ".join(f"{sum(1 for v in published.blobs.values() if v == k)} {k}" for k in kinds)
     whole = sum(layer["size"] for layer in json.loads(image.manifest)["layers"]) + len(image.config)
-    print(f"push of a new lock, base already in the registry: {published.uploaded} bytes sent in {elapsed:.2f} s "
-          f"({counts}; the whole image is {whole} bytes)")
+    print(
+        f"push of a new lock, base already in the registry: {published.uploaded} bytes sent in {elapsed:.2f} s "
+        f"({counts}; the whole image is {whole} bytes)"
+    )
 
 
 def fat_base(client, base_ref: str) -> tuple[str, int]:
     """The stand-in plus a 1 GiB random layer, pushed; returns (digest, size in bytes)."""
     with tempfile.TemporaryDirectory() as ctx:
-        Path(ctx, "Dockerfile").write_text(f"FROM {base_ref}\nRUN head -c 1073741824 /dev/urandom > /fat.bin\n")
+        Path(ctx, "Dockerfile").write_text(
+            f"FROM {base_ref}\nRUN head -c 1073741824 /dev/urandom > /fat.bin\n"
+        )
         for _ in client.api.build(path=ctx, tag=f"{FAT_REPO}:1g", rm=True, decode=True):
             pass
     digest = None
@@ -150,11 +184,19 @@ def fat_base(client, base_ref: str) -> tuple[str, int]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--spec", type=Path, default=REPO / "image.yaml")
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--engines", default=",".join(ENGINES), help=f"comma-separated subset of {','.join(ENGINES)}")
-    parser.add_argument("--skip-fat", action="store_true", help="skip the 1 GiB-larger base comparison")
+    parser.add_argument(
+        "--engines",
+        default=",".join(ENGINES),
+        help=f"comma-separated subset of {','.join(ENGINES)}",
+    )
+    parser.add_argument(
+        "--skip-fat", action="store_true", help="skip the 1 GiB-larger base comparison"
+    )
     args = parser.parse_args()
     client = docker.from_env(timeout=900)
     spec = args.spec.resolve()
@@ -167,11 +209,14 @@ def main() -> None:
             continue
         env = {"DOCKER_HOST": host}
         from builder.engine import Engine
+
         describe = Engine(docker.DockerClient(base_url=host, timeout=600)).describe()
         t_inc, image_id = incremental(spec, args.runs, env)
         t_noop = no_op(spec, args.runs, image_id, env)
-        print(f"{describe}: incremental build {t_inc:.2f} s, no-op rebuild {t_noop:.2f} s "
-              f"(medians of {args.runs}, CLI wall time)")
+        print(
+            f"{describe}: incremental build {t_inc:.2f} s, no-op rebuild {t_noop:.2f} s "
+            f"(medians of {args.runs}, CLI wall time)"
+        )
     layer = REPO / "build" / "context" / "standin" / "image" / "delta.tar"
     size = layer.stat().st_size
     print(f"delta layer: {size} bytes ({size / 2**20:.3f} MiB, uncompressed, as pushed)")
@@ -180,10 +225,15 @@ def main() -> None:
     if not args.skip_fat:
         digest, fat_size = fat_base(client, target.base.reference)
         with tempfile.TemporaryDirectory() as tmp:
-            fat_spec = variant_spec(spec, Path(tmp), base={"image": f"{FAT_REPO}:1g", "digest": digest,
-                                                           "platform": "linux/amd64"})
+            fat_spec = variant_spec(
+                spec,
+                Path(tmp),
+                base={"image": f"{FAT_REPO}:1g", "digest": digest, "platform": "linux/amd64"},
+            )
             t_fat, _ = incremental(fat_spec, args.runs)
-        print(f"incremental build, base {fat_size / 2**30:.2f} GiB (+1 GiB layer): {t_fat:.2f} s (median of {args.runs})")
+        print(
+            f"incremental build, base {fat_size / 2**30:.2f} GiB (+1 GiB layer): {t_fat:.2f} s (median of {args.runs})"
+        )
 
 
 if __name__ == "__main__":

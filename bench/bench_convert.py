@@ -96,12 +96,11 @@ def rel_errors(conv, w, s, n_exp, dev):
     num = {k: 0.0 for k in [*rules, "amax/240 FNUZ (direct)"]}
     den = 0.0
     for e in range(n_exp):
-        we, se = w[e:e + 1], s[e:e + 1]
+        we, se = w[e : e + 1], s[e : e + 1]
         ref = conv.dequant_mxfp8(we, se)
         den += float(ref.pow(2).sum())
         for key, (dt, rule) in rules.items():
-            q, sc = conv.convert_mxfp8_to_block_fp8(we, se, fp8_dtype=dt, rule=rule,
-                                                    impl="torch")
+            q, sc = conv.convert_mxfp8_to_block_fp8(we, se, fp8_dtype=dt, rule=rule, impl="torch")
             num[key] += float((conv.dequant_block_fp8(q, sc) - ref).pow(2).sum())
         # amax/240 directly in FNUZ (uses the 0x7F = 240 code), computed here.
         _, N, K = ref.shape
@@ -111,8 +110,7 @@ def rel_errors(conv, w, s, n_exp, dev):
         sc = torch.where(amax > 0, amax / 240.0, torch.ones_like(amax)).float()
         scx = sc.double().repeat_interleave(128, 1)[:, :N].repeat_interleave(128, 2)[:, :, :K]
         q = (ref / scx).clamp(-240, 240).float().to(FNUZ)
-        num["amax/240 FNUZ (direct)"] += float(
-            (conv.dequant_block_fp8(q, sc) - ref).pow(2).sum())
+        num["amax/240 FNUZ (direct)"] += float((conv.dequant_block_fp8(q, sc) - ref).pow(2).sum())
         del ref, pad, scx, q
     return {k: (v / den) ** 0.5 for k, v in num.items()}
 
@@ -136,8 +134,12 @@ def exhaustive_inputs(dev, top):
 def triton_vs_torch(conv, dev):
     """Byte/scale mismatches of impl='triton' vs impl='torch' on the exhaustive
     inputs (FN top 254, FNUZ top 253, small tops) and ragged random data."""
-    cases = [(FN, *exhaustive_inputs(dev, 254)), (FNUZ, *exhaustive_inputs(dev, 253)),
-             (FN, *exhaustive_inputs(dev, 20)), (FNUZ, *exhaustive_inputs(dev, 5))]
+    cases = [
+        (FN, *exhaustive_inputs(dev, 254)),
+        (FNUZ, *exhaustive_inputs(dev, 253)),
+        (FN, *exhaustive_inputs(dev, 20)),
+        (FNUZ, *exhaustive_inputs(dev, 5)),
+    ]
     g = torch.Generator(device="cpu").manual_seed(0)
     for N, K in ((200, 352), (128, 4096), (300, 96)):
         w = torch.randint(0, 256, (3, N, K), generator=g, dtype=torch.int32)
@@ -156,14 +158,16 @@ def triton_vs_torch(conv, dev):
     return bad, n
 
 
-SWEEP = [dict(sub=128, num_warps=4, hw_fp8=True, stream=False),
-         dict(sub=128, num_warps=8, hw_fp8=True, stream=False),
-         dict(sub=64, num_warps=4, hw_fp8=True, stream=False),
-         dict(sub=64, num_warps=2, hw_fp8=True, stream=False),
-         dict(sub=128, num_warps=4, hw_fp8=True, stream=True),
-         dict(sub=64, num_warps=4, hw_fp8=True, stream=True),
-         dict(sub=128, num_warps=4, hw_fp8=False, stream=False),
-         dict(sub=64, num_warps=4, hw_fp8=False, stream=False)]
+SWEEP = [
+    dict(sub=128, num_warps=4, hw_fp8=True, stream=False),
+    dict(sub=128, num_warps=8, hw_fp8=True, stream=False),
+    dict(sub=64, num_warps=4, hw_fp8=True, stream=False),
+    dict(sub=64, num_warps=2, hw_fp8=True, stream=False),
+    dict(sub=128, num_warps=4, hw_fp8=True, stream=True),
+    dict(sub=64, num_warps=4, hw_fp8=True, stream=True),
+    dict(sub=128, num_warps=4, hw_fp8=False, stream=False),
+    dict(sub=64, num_warps=4, hw_fp8=False, stream=False),
+]
 
 
 def launch_kernel(conv, w, s, out, osc, dt, flag, block=128):
@@ -181,10 +185,22 @@ def launch_kernel(conv, w, s, out, osc, dt, flag, block=128):
         hw = torch.version.hip is None
     fnuz_cast = (not hw) and dt == FNUZ
     kernel[(E * NT, KT)](
-        w.view(torch.uint8), s, out.view(torch.uint8), osc, flag,
-        N, K, K // 32, NT, KT,
-        FNUZ=dt == FNUZ, BLOCK=block, GPT=block // 32, SUB=min(cfg["sub"], block),
-        HW_FP8=hw, FNUZ_CAST=fnuz_cast,
+        w.view(torch.uint8),
+        s,
+        out.view(torch.uint8),
+        osc,
+        flag,
+        N,
+        K,
+        K // 32,
+        NT,
+        KT,
+        FNUZ=dt == FNUZ,
+        BLOCK=block,
+        GPT=block // 32,
+        SUB=min(cfg["sub"], block),
+        HW_FP8=hw,
+        FNUZ_CAST=fnuz_cast,
         MUL_OFF=(0 if hw else 8) - (1 if fnuz_cast else 0),
         EVEN=(N % block == 0) and (K % block == 0),
         EVICT="evict_first" if cfg["stream"] else "",
@@ -224,8 +240,10 @@ def fixed_cost(conv, dev, iters=300):
     for _ in range(iters):
         conv.convert_mxfp8_to_block_fp8(w, s, fp8_dtype=FNUZ, impl="triton")
         torch.cuda.synchronize()
-    return {"call": (time.perf_counter() - t0) / iters,
-            "launch": time_kernel(conv, w, s, FNUZ, iters)}
+    return {
+        "call": (time.perf_counter() - t0) / iters,
+        "launch": time_kernel(conv, w, s, FNUZ, iters),
+    }
 
 
 def time_convert(conv, w, s, dt, iters, dev):
@@ -258,9 +276,13 @@ def bench_shape(conv, E, N, K, dev, args, label):
                 t, tg = time_convert(conv, w, s, FNUZ, args.iters, dev)
                 tk = time_kernel(conv, w, s, FNUZ, args.iters)
                 bad, _ = triton_vs_torch(conv, dev)
-                row = dict(cfg, GBps=round(nbytes / t / 1e9, 1),
-                           GBps_events=round(nbytes / tg / 1e9, 1),
-                           GBps_kernel=round(nbytes / tk / 1e9, 1), mismatches=bad)
+                row = dict(
+                    cfg,
+                    GBps=round(nbytes / t / 1e9, 1),
+                    GBps_events=round(nbytes / tg / 1e9, 1),
+                    GBps_kernel=round(nbytes / tk / 1e9, 1),
+                    mismatches=bad,
+                )
             except Exception as exc:  # compile errors etc.
                 row = dict(cfg, error=str(exc)[-300:])
             res["sweep"].append(row)
@@ -287,14 +309,21 @@ def bench_shape(conv, E, N, K, dev, args, label):
             peak_extra = torch.cuda.max_memory_allocated() - base - out_bytes
             mem_note = "torch.cuda.max_memory_allocated delta minus the outputs"
         else:
-            chunks = conv.plan_chunks(E, N, K, kw["workspace_bytes"],
-                                      conv._TORCH_WS_BYTES_PER_ELEM, 128)
-            peak_extra = max((e1 - e0) * (n1 - n0) * K for e0, e1, n0, n1 in chunks) \
+            chunks = conv.plan_chunks(
+                E, N, K, kw["workspace_bytes"], conv._TORCH_WS_BYTES_PER_ELEM, 128
+            )
+            peak_extra = (
+                max((e1 - e0) * (n1 - n0) * K for e0, e1, n0, n1 in chunks)
                 * conv._TORCH_WS_BYTES_PER_ELEM
+            )
             mem_note = "workspace accounting: largest chunk x 7 B/element (torch path)"
         name = "fnuz" if dt == FNUZ else "fn"
-        res[name] = {"seconds": dt_s, "GBps": nbytes / dt_s / 1e9,
-                     "peak_extra_MiB": peak_extra / 2**20, "mem_note": mem_note}
+        res[name] = {
+            "seconds": dt_s,
+            "GBps": nbytes / dt_s / 1e9,
+            "peak_extra_MiB": peak_extra / 2**20,
+            "mem_note": mem_note,
+        }
         if dev.type == "cuda" and args.impl != "torch":
             try:
                 tk = time_kernel(conv, w, s, dt, args.iters)
@@ -310,7 +339,8 @@ def bench_shape(conv, E, N, K, dev, args, label):
             a, sa = conv.convert_mxfp8_to_block_fp8(w[:ne], s[:ne], fp8_dtype=dt, impl="auto")
             b, sb = conv.convert_mxfp8_to_block_fp8(w[:ne], s[:ne], fp8_dtype=dt, impl="torch")
             mism["fnuz" if dt == FNUZ else "fn"] = int(
-                (a.view(torch.uint8) != b.view(torch.uint8)).sum()) + int((sa != sb).sum())
+                (a.view(torch.uint8) != b.view(torch.uint8)).sum()
+            ) + int((sa != sb).sum())
         res["auto_vs_torch_mismatches"] = mism
         res["auto_impl"] = "triton" if conv._get_triton_kernel() is not None else "torch"
         # torch path throughput for comparison
@@ -328,21 +358,24 @@ def bench_shape(conv, E, N, K, dev, args, label):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     ap.add_argument("--vllm-site", type=Path, help="folder holding the patched vllm/")
     ap.add_argument("--experts", type=int, nargs="+", help="default: cpu 16, cuda 128 16")
     ap.add_argument("--hidden", type=int, default=None, help="default: cpu 1536, cuda 6144")
-    ap.add_argument("--intermediate", type=int, default=None,
-                    help="default: cpu 768, cuda 3072")
+    ap.add_argument("--intermediate", type=int, default=None, help="default: cpu 768, cuda 3072")
     ap.add_argument("--iters", type=int, default=None)
     ap.add_argument("--workspace-mib", type=int, default=256)
     ap.add_argument("--impl", default="auto", choices=["auto", "torch", "triton"])
     ap.add_argument("--err-experts", type=int, default=None)
     ap.add_argument("--check-experts", type=int, default=16)
-    ap.add_argument("--sweep", action="store_true",
-                    help="cuda: also time the Triton launch configurations in SWEEP")
+    ap.add_argument(
+        "--sweep",
+        action="store_true",
+        help="cuda: also time the Triton launch configurations in SWEEP",
+    )
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     cuda = args.device == "cuda"
@@ -355,11 +388,13 @@ def main():
 
     site = (args.vllm_site or REPO / "patches" / "src").resolve()
     conv = load_module(site)
-    report = {"module": str(site / MODULE), "device": args.device,
-              "device_name": torch.cuda.get_device_name() if cuda else "cpu",
-              "torch": torch.__version__}
-    report["copy_GBps"] = copy_bandwidth(dev, (2 << 30) if cuda else (256 << 20),
-                                         20 if cuda else 3)
+    report = {
+        "module": str(site / MODULE),
+        "device": args.device,
+        "device_name": torch.cuda.get_device_name() if cuda else "cpu",
+        "torch": torch.__version__,
+    }
+    report["copy_GBps"] = copy_bandwidth(dev, (2 << 30) if cuda else (256 << 20), 20 if cuda else 3)
     print(f"module: {report['module']}")
     print(f"device: {report['device_name']}  torch {torch.__version__}")
     print(f"memory-copy bandwidth (read+write): {report['copy_GBps']:.1f} GB/s")
@@ -369,14 +404,20 @@ def main():
         except Exception as exc:
             bad, n = f"FAILED: {exc}", 0
         report["exhaustive_mismatches"] = bad
-        print(f"Triton vs torch path, all 256 bytes x shifts 0..254 + ragged random "
-              f"data ({n} bytes, FN and FNUZ): {bad} mismatching bytes/scales", flush=True)
+        print(
+            f"Triton vs torch path, all 256 bytes x shifts 0..254 + ragged random "
+            f"data ({n} bytes, FN and FNUZ): {bad} mismatching bytes/scales",
+            flush=True,
+        )
         try:
             fc = fixed_cost(conv, dev)
             report["fixed_cost_s"] = fc
-            print(f"fixed per-call cost, tiny [1,128,128] input: whole call "
-                  f"{fc['call']*1e6:.1f} us; back-to-back launches "
-                  f"{fc['launch']*1e6:.1f} us each", flush=True)
+            print(
+                f"fixed per-call cost, tiny [1,128,128] input: whole call "
+                f"{fc['call'] * 1e6:.1f} us; back-to-back launches "
+                f"{fc['launch'] * 1e6:.1f} us each",
+                flush=True,
+            )
         except Exception as exc:
             print(f"fixed per-call cost: FAILED: {exc}", flush=True)
     report["results"] = []
@@ -386,18 +427,27 @@ def main():
             report["results"].append(r)
             for name in ("fnuz", "fn"):
                 x = r[name]
-                print(f"E={E:4d} {label} [{E},{N},{K}] -> {name:4s}: {x['seconds']*1e3:9.2f} ms"
-                      f"  {x['GBps']:8.1f} GB/s  {x['GBps']/report['copy_GBps']*100:5.1f}% of copy"
-                      f"  peak extra {x['peak_extra_MiB']:.1f} MiB"
-                  + (f"  | kernel only {x['kernel_seconds']*1e3:.3f} ms "
-                     f"{x['kernel_GBps']/report['copy_GBps']*100:5.1f}%"
-                     if "kernel_seconds" in x else ""))
+                print(
+                    f"E={E:4d} {label} [{E},{N},{K}] -> {name:4s}: {x['seconds'] * 1e3:9.2f} ms"
+                    f"  {x['GBps']:8.1f} GB/s  {x['GBps'] / report['copy_GBps'] * 100:5.1f}% of copy"
+                    f"  peak extra {x['peak_extra_MiB']:.1f} MiB"
+                    + (
+                        f"  | kernel only {x['kernel_seconds'] * 1e3:.3f} ms "
+                        f"{x['kernel_GBps'] / report['copy_GBps'] * 100:5.1f}%"
+                        if "kernel_seconds" in x
+                        else ""
+                    )
+                )
             if cuda:
-                print(f"    auto impl={r['auto_impl']} mismatches vs torch path "
-                      f"(first {min(E, args.check_experts)} experts): "
-                      f"{r['auto_vs_torch_mismatches']}; torch path {r['torch_path_GBps']:.1f} GB/s")
-            print(f"    rel. error (Frobenius, first {r['rel_err_experts']} experts): " + ", ".join(
-                f"{k}: {v:.3e}" for k, v in r["rel_err"].items()))
+                print(
+                    f"    auto impl={r['auto_impl']} mismatches vs torch path "
+                    f"(first {min(E, args.check_experts)} experts): "
+                    f"{r['auto_vs_torch_mismatches']}; torch path {r['torch_path_GBps']:.1f} GB/s"
+                )
+            print(
+                f"    rel. error (Frobenius, first {r['rel_err_experts']} experts): "
+                + ", ".join(f"{k}: {v:.3e}" for k, v in r["rel_err"].items())
+            )
     if args.json:
         args.json.write_text(json.dumps(report, indent=1))
 

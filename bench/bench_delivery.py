@@ -25,12 +25,19 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-LOG_LINE = re.compile(r'"(?P<method>GET|HEAD) /v2/(?P<path>\S+) HTTP/[\d.]+" (?P<status>\d{3}) (?P<bytes>\d+|-)')
+LOG_LINE = re.compile(
+    r'"(?P<method>GET|HEAD) /v2/(?P<path>\S+) HTTP/[\d.]+" (?P<status>\d{3}) (?P<bytes>\d+|-)'
+)
 
 
 def builder(spec: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "builder", "--spec", str(spec), *args], cwd=spec.parent,
-                          env={**os.environ, "PYTHONPATH": str(spec.parent)}, capture_output=True, text=True)
+    return subprocess.run(
+        [sys.executable, "-m", "builder", "--spec", str(spec), *args],
+        cwd=spec.parent,
+        env={**os.environ, "PYTHONPATH": str(spec.parent)},
+        capture_output=True,
+        text=True,
+    )
 
 
 def served_bytes(log: Path, offset: int, repository: str) -> tuple[int, int]:
@@ -50,8 +57,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--spec", type=Path, default=ROOT / "image.yaml")
     parser.add_argument("--target", default="standin")
-    parser.add_argument("--registry-log", type=Path, default=ROOT / "build" / "ci" / "registry-plain.log",
-                        help="the registry's access log (default: the plain registry's, build/ci/)")
+    parser.add_argument(
+        "--registry-log",
+        type=Path,
+        default=ROOT / "build" / "ci" / "registry-plain.log",
+        help="the registry's access log (default: the plain registry's, build/ci/)",
+    )
     args = parser.parse_args()
     spec = args.spec.resolve()
     sys.path.insert(0, str(spec.parent))
@@ -66,7 +77,9 @@ def main() -> int:
     engine = Engine.connect()
     image_id = local_image(engine, locked)
     if image_id is None:
-        sys.exit(f"bench: no validated {locked.reference} in the engine; run `make image TARGET={target.name}` first")
+        sys.exit(
+            f"bench: no validated {locked.reference} in the engine; run `make image TARGET={target.name}` first"
+        )
     remote = remote_image(locked.reference)
     if remote is None:
         pushed = builder(spec, "push", "--target", target.name)
@@ -81,7 +94,9 @@ def main() -> int:
         engine.untag(f"{target.repository}:{tag}")
     engine.remove(image_id)
     engine.remove(f"m3-image-delta/{target.name}:{locked.tag}")
-    assert engine.image_id(target.base.reference) is not None, "the base must be cached for this bench"
+    assert engine.image_id(target.base.reference) is not None, (
+        "the base must be cached for this bench"
+    )
 
     offset = args.registry_log.stat().st_size if args.registry_log.is_file() else None
     started = time.monotonic()
@@ -95,13 +110,21 @@ def main() -> int:
 
     print(f"image              {locked.reference}")
     print(f"pinned             {remote.pinned}")
-    print(f"make image (published tag, base cached): {elapsed:.2f}s to a ready, verified, tagged image")
-    print(f"image size         {image_bytes} bytes compressed, {len(layers)} layers; delta layer {delta_bytes} bytes")
+    print(
+        f"make image (published tag, base cached): {elapsed:.2f}s to a ready, verified, tagged image"
+    )
+    print(
+        f"image size         {image_bytes} bytes compressed, {len(layers)} layers; delta layer {delta_bytes} bytes"
+    )
     if offset is not None:
-        time.sleep(0.5)   # let the registry flush its log
-        served, requests = served_bytes(args.registry_log, offset, parse_reference(locked.reference).repository)
-        print(f"transferred        {served} bytes in {requests} registry responses "
-              f"({served / max(image_bytes, 1):.4%} of the image)")
+        time.sleep(0.5)  # let the registry flush its log
+        served, requests = served_bytes(
+            args.registry_log, offset, parse_reference(locked.reference).repository
+        )
+        print(
+            f"transferred        {served} bytes in {requests} registry responses "
+            f"({served / max(image_bytes, 1):.4%} of the image)"
+        )
     else:
         print(f"transferred        not measured: no registry log at {args.registry_log}")
     return 0

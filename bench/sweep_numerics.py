@@ -45,14 +45,19 @@ def load_conversion():
 def convert(mod, prob, rule):
     conv = {}
     for n in ("w13", "w2"):
-        conv[n], conv[f"{n}_scale"] = mod.convert_mxfp8_to_block_fp8(prob[n], prob[f"{n}_scale"], fp8_dtype=FNUZ,
-                                                                     rule=rule)
+        conv[n], conv[f"{n}_scale"] = mod.convert_mxfp8_to_block_fp8(
+            prob[n], prob[f"{n}_scale"], fp8_dtype=FNUZ, rule=rule
+        )
     return conv
 
 
 def metrics(prob, conv, gold, ref, emu, swiglu=None):
     m = C.weight_errors(prob, conv)
-    img = numerics.block_fp8_emulated(prob, conv, FNUZ, swiglu=swiglu) if (swiglu or emu is None) else emu
+    img = (
+        numerics.block_fp8_emulated(prob, conv, FNUZ, swiglu=swiglu)
+        if (swiglu or emu is None)
+        else emu
+    )
     base = emu if emu is not None else img
     m["rel_err_vs_golden"] = numerics.rel_err(img, gold)
     m["rel_err_vs_bf16"] = numerics.rel_err(img, ref)
@@ -75,8 +80,9 @@ def run_seed(mod, seed):
         bad[f"{n}_scale"][0, 0, 0] *= 2  # expert 0, tile [0, 0]
         out[f"tile_x2_{n}"], _ = metrics(prob, bad, gold, ref, None)
     p = prob["params"]
-    out["alpha_1.0"], _ = metrics(prob, pow2, gold, ref, emu, swiglu={"alpha": 1.0, "beta": p["beta"],
-                                                                      "limit": p["limit"]})
+    out["alpha_1.0"], _ = metrics(
+        prob, pow2, gold, ref, emu, swiglu={"alpha": 1.0, "beta": p["beta"], "limit": p["limit"]}
+    )
     return out
 
 
@@ -87,8 +93,13 @@ def main() -> int:
     ap.add_argument("--json")
     args = ap.parse_args()
     mod = load_conversion()
-    keys = ["rel_err_weights", "max_tile_rel_err_weights", "rel_err_vs_golden", "rel_err_vs_bf16",
-            "image_vs_emulation"]
+    keys = [
+        "rel_err_weights",
+        "max_tile_rel_err_weights",
+        "rel_err_vs_golden",
+        "rel_err_vs_bf16",
+        "image_vs_emulation",
+    ]
     print(f"thresholds: {DEFAULT_THRESHOLDS}")
     print(f"{'seed':>4} {'case':<12} " + " ".join(f"{k:>24}" for k in keys) + "  gates")
     allres = {}
@@ -103,8 +114,12 @@ def main() -> int:
             verdict = "pass" if not bad else "FAIL " + "; ".join(b.split(" (worst")[0] for b in bad)
             if (case in CORRECT) == bool(bad):
                 wrong.append((seed, case))
-            print(f"{seed:>4} {case:<12} " + " ".join(f"{m[k]:>24.4g}" for k in keys) + f"  {verdict}",
-                  flush=True)
+            print(
+                f"{seed:>4} {case:<12} "
+                + " ".join(f"{m[k]:>24.4g}" for k in keys)
+                + f"  {verdict}",
+                flush=True,
+            )
         print(f"     ({time.time() - t0:.0f} s)", flush=True)
     for case in CASES:
         for k in keys:
@@ -112,7 +127,9 @@ def main() -> int:
             print(f"range {case:<12} {k:<26} {min(vals):.4g} - {max(vals):.4g}")
     print(f"misclassified (correct image failed / fault passed): {wrong or 'none'}")
     if args.json:
-        Path(args.json).write_text(json.dumps({str(s): r for s, r in allres.items()}, indent=1, default=str))
+        Path(args.json).write_text(
+            json.dumps({str(s): r for s, r in allres.items()}, indent=1, default=str)
+        )
     return 1 if wrong else 0
 
 

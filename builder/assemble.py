@@ -25,7 +25,7 @@ from builder.layer import tar_of
 
 @dataclass(frozen=True)
 class Delta:
-    layer: bytes            # the uncompressed layer tar (builder.layer's canonical form)
+    layer: bytes  # the uncompressed layer tar (builder.layer's canonical form)
     diff_id: str
     labels: dict[str, str]
     env: list[str]
@@ -43,7 +43,9 @@ def read_delta(saved: bytes) -> Delta:
     if config["rootfs"]["diff_ids"] != [diff_id]:
         raise EngineError(f"delta image: layer digest {diff_id} does not match its config")
     inner = config.get("config") or {}
-    return Delta(layer=layer, diff_id=diff_id, labels=inner.get("Labels") or {}, env=inner.get("Env") or [])
+    return Delta(
+        layer=layer, diff_id=diff_id, labels=inner.get("Labels") or {}, env=inner.get("Env") or []
+    )
 
 
 def _merge_env(base: list[str], ours: list[str]) -> list[str]:
@@ -55,25 +57,27 @@ def compose_config(base: ResolvedBase, delta: Delta, history_comment: str) -> by
     config = json.loads(base.raw_config)
     created = base.created
     config["created"] = created
-    config.pop("container", None)            # the base's last build container: not this image's
+    config.pop("container", None)  # the base's last build container: not this image's
     config.pop("container_config", None)
     inner = config.setdefault("config", {}) or {}
     config["config"] = inner
     inner["Labels"] = {**(inner.get("Labels") or {}), **delta.labels}
     inner["Env"] = _merge_env(inner.get("Env") or [], delta.env)
     config["rootfs"]["diff_ids"] = list(config["rootfs"]["diff_ids"]) + [delta.diff_id]
-    config["history"] = list(config.get("history") or []) + [{
-        "created": created,
-        "created_by": "m3-image: patched vLLM files, MI300X MoE tables, smoke suite (one layer)",
-        "comment": history_comment,
-    }]
+    config["history"] = list(config.get("history") or []) + [
+        {
+            "created": created,
+            "created_by": "m3-image: patched vLLM files, MI300X MoE tables, smoke suite (one layer)",
+            "comment": history_comment,
+        }
+    ]
     return json.dumps(config, separators=(",", ":"), ensure_ascii=False).encode()
 
 
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 OCI_CONFIG = "application/vnd.oci.image.config.v1+json"
-OCI_LAYER = "application/vnd.oci.image.layer.v1.tar"                 # uncompressed: digest == diff_id
+OCI_LAYER = "application/vnd.oci.image.layer.v1.tar"  # uncompressed: digest == diff_id
 OCI_LAYER_GZIP = "application/vnd.oci.image.layer.v1.tar+gzip"
 # Docker schema 2 layer types and their OCI names (same bytes, other label).
 _LAYER_TYPES = {
@@ -94,12 +98,18 @@ def base_layers(base: ResolvedBase) -> list[dict]:
     for i, layer in enumerate(base.manifest.get("layers") or []):
         media_type = _LAYER_TYPES.get(layer.get("mediaType", ""))
         if media_type is None:
-            raise EngineError(f"{base.image.reference}: layer {i} has media type {layer.get('mediaType')!r}, which "
-                              "the builder does not carry into an OCI manifest (foreign or unknown layer)")
-        layers.append({"mediaType": media_type, "digest": layer["digest"], "size": int(layer["size"])})
+            raise EngineError(
+                f"{base.image.reference}: layer {i} has media type {layer.get('mediaType')!r}, which "
+                "the builder does not carry into an OCI manifest (foreign or unknown layer)"
+            )
+        layers.append(
+            {"mediaType": media_type, "digest": layer["digest"], "size": int(layer["size"])}
+        )
     if len(layers) != len(base.config["rootfs"]["diff_ids"]):
-        raise EngineError(f"{base.image.reference}: manifest {base.manifest_digest} lists {len(layers)} layers, "
-                          f"its config {len(base.config['rootfs']['diff_ids'])}")
+        raise EngineError(
+            f"{base.image.reference}: manifest {base.manifest_digest} lists {len(layers)} layers, "
+            f"its config {len(base.config['rootfs']['diff_ids'])}"
+        )
     return layers
 
 
@@ -109,17 +119,25 @@ def image_manifest(config: bytes, base: ResolvedBase, delta_digest: str, delta_s
     Key order and separators are fixed; base layers keep the base registry's (compressed)
     digests, the delta layer is uncompressed, so the digest depends on the inputs alone.
     """
-    return _json({
-        "schemaVersion": 2,
-        "mediaType": OCI_MANIFEST,
-        "config": {"mediaType": OCI_CONFIG, "digest": "sha256:" + sha256_bytes(config), "size": len(config)},
-        "layers": base_layers(base) + [{"mediaType": OCI_LAYER, "digest": delta_digest, "size": delta_size}],
-    })
+    return _json(
+        {
+            "schemaVersion": 2,
+            "mediaType": OCI_MANIFEST,
+            "config": {
+                "mediaType": OCI_CONFIG,
+                "digest": "sha256:" + sha256_bytes(config),
+                "size": len(config),
+            },
+            "layers": base_layers(base)
+            + [{"mediaType": OCI_LAYER, "digest": delta_digest, "size": delta_size}],
+        }
+    )
 
 
 @dataclass(frozen=True)
 class BuiltImage:
     """The whole identity of a build: the builder's config, manifest and delta layer."""
+
     config: bytes
     manifest: bytes
     delta: Delta
@@ -139,8 +157,11 @@ class BuiltImage:
 
 def assemble(base: ResolvedBase, delta: Delta, history_comment: str) -> BuiltImage:
     config = compose_config(base, delta, history_comment)
-    return BuiltImage(config=config, manifest=image_manifest(config, base, delta.diff_id, len(delta.layer)),
-                      delta=delta)
+    return BuiltImage(
+        config=config,
+        manifest=image_manifest(config, base, delta.diff_id, len(delta.layer)),
+        delta=delta,
+    )
 
 
 def _blob(digest: str) -> str:
@@ -155,10 +176,24 @@ def load_archive(image: BuiltImage) -> bytes:
     the containerd store and Podman by digest, so the (29 GB) base never leaves the engine.
     """
     manifest = json.loads(image.manifest)
-    docker_manifest = [{"Config": _blob(image.config_digest), "RepoTags": None,
-                        "Layers": [_blob(layer["digest"]) for layer in manifest["layers"]]}]
-    index = {"schemaVersion": 2, "mediaType": OCI_INDEX,
-             "manifests": [{"mediaType": OCI_MANIFEST, "digest": image.manifest_digest, "size": len(image.manifest)}]}
+    docker_manifest = [
+        {
+            "Config": _blob(image.config_digest),
+            "RepoTags": None,
+            "Layers": [_blob(layer["digest"]) for layer in manifest["layers"]],
+        }
+    ]
+    index = {
+        "schemaVersion": 2,
+        "mediaType": OCI_INDEX,
+        "manifests": [
+            {
+                "mediaType": OCI_MANIFEST,
+                "digest": image.manifest_digest,
+                "size": len(image.manifest),
+            }
+        ],
+    }
     files = {
         _blob(image.config_digest): image.config,
         _blob(image.delta.diff_id): image.delta.layer,

@@ -15,9 +15,9 @@ from builder.spec import BaseImage
 @dataclass(frozen=True)
 class ResolvedBase:
     image: BaseImage
-    manifest_digest: str        # the platform manifest the engine runs
-    config_digest: str          # sha256 of the raw config (the image id on classic stores and Podman)
-    raw_config: bytes           # verbatim, so the final config keeps the base's history untouched
+    manifest_digest: str  # the platform manifest the engine runs
+    config_digest: str  # sha256 of the raw config (the image id on classic stores and Podman)
+    raw_config: bytes  # verbatim, so the final config keeps the base's history untouched
     raw_manifest: bytes = b"{}"  # verbatim platform manifest: its layer descriptors go into ours
 
     @property
@@ -36,21 +36,31 @@ class ResolvedBase:
     def engine_names(self) -> list[str]:
         """What an engine may call this image: config digest (classic, Podman), manifest or pinned
         index digest (containerd store), or the pinned reference."""
-        return list(dict.fromkeys([self.config_digest, self.manifest_digest, self.image.digest,
-                                   self.image.reference]))
+        return list(
+            dict.fromkeys(
+                [self.config_digest, self.manifest_digest, self.image.digest, self.image.reference]
+            )
+        )
 
 
 def resolve_base(base: BaseImage) -> ResolvedBase:
     client, ref = client_for(base.reference)
     manifest, raw_config = client.resolve_image(ref.repository, base.digest, base.platform)
-    return ResolvedBase(image=base, manifest_digest=manifest.digest,
-                        config_digest=manifest.body["config"]["digest"], raw_config=raw_config,
-                        raw_manifest=manifest.raw)
+    return ResolvedBase(
+        image=base,
+        manifest_digest=manifest.digest,
+        config_digest=manifest.body["config"]["digest"],
+        raw_config=raw_config,
+        raw_manifest=manifest.raw,
+    )
 
 
 def find_base(engine: Engine, resolved: ResolvedBase) -> str | None:
-    return engine.find_image(resolved.engine_names, resolved.config["rootfs"]["diff_ids"],
-                             config_digest=resolved.config_digest)
+    return engine.find_image(
+        resolved.engine_names,
+        resolved.config["rootfs"]["diff_ids"],
+        config_digest=resolved.config_digest,
+    )
 
 
 def ensure_base_in_engine(engine: Engine, resolved: ResolvedBase, log: StepLog) -> str:
@@ -66,8 +76,10 @@ def ensure_base_in_engine(engine: Engine, resolved: ResolvedBase, log: StepLog) 
         engine.pull(resolved.image.reference, log.progress)
         handle = find_base(engine, resolved)
         if handle is None:
-            raise EngineError(f"{resolved.image.reference}: pulled, but {engine.describe()} holds no image with the "
-                              f"registry config's layers (config {resolved.config_digest})")
+            raise EngineError(
+                f"{resolved.image.reference}: pulled, but {engine.describe()} holds no image with the "
+                f"registry config's layers (config {resolved.config_digest})"
+            )
     else:
         log.info(f"base present in the engine: {resolved.image.reference}")
     return handle

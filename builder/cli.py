@@ -54,5 +54,5 @@ def main(argv: list[str] | None = None) -> int:
 
 def _raise_interrupted(signum, _frame) -> None:
     """SIGTERM becomes an exception in the main thread, so cleanup runs on this exit path too."""
-    signal.signal(signum, signal.SIG_IGN)          # a second signal must not cut the cleanup short
+    signal.signal(signum, signal.SIG_IGN)  # a second signal must not cut the cleanup short
     raise Interrupted(signum, signal.Signals(signum).name)

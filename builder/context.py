@@ -28,8 +28,8 @@ from builder.tree import PatchedTree
 @dataclass(frozen=True)
 class BuildContext:
     root: Path
-    dockerfile: str          # file name inside root
-    delta: Path              # root/delta: the layer's file tree
+    dockerfile: str  # file name inside root
+    delta: Path  # root/delta: the layer's file tree
 
 
 def epoch_of(created: str) -> int:
@@ -46,26 +46,52 @@ def _place(delta: Path, image_path: PurePosixPath, data: bytes, executable: bool
 
 
 def smoke_manifest(inputs: Inputs, tree: PatchedTree) -> dict:
-    goldens = sorted(p for p in (SMOKE_DIR / "golden").glob("*") if p.is_file()) if (SMOKE_DIR / "golden").is_dir() else []
-    return image_manifest(target=inputs.target.name, vllm_root=str(inputs.target.vllm_root), patched_files=tree.post,
-                          tables=[(t.name, t.sha256) for t in inputs.tables],
-                          golden=str(SMOKE_INSTALL / "golden" / goldens[0].name) if goldens else None)
+    goldens = (
+        sorted(p for p in (SMOKE_DIR / "golden").glob("*") if p.is_file())
+        if (SMOKE_DIR / "golden").is_dir()
+        else []
+    )
+    return image_manifest(
+        target=inputs.target.name,
+        vllm_root=str(inputs.target.vllm_root),
+        patched_files=tree.post,
+        tables=[(t.name, t.sha256) for t in inputs.tables],
+        golden=str(SMOKE_INSTALL / "golden" / goldens[0].name) if goldens else None,
+    )
 
 
-def write_context(root: Path, inputs: Inputs, tree: PatchedTree, lock: Lock, labels: dict[str, str],
-                  base_reference: str, mtime: int) -> BuildContext:
+def write_context(
+    root: Path,
+    inputs: Inputs,
+    tree: PatchedTree,
+    lock: Lock,
+    labels: dict[str, str],
+    base_reference: str,
+    mtime: int,
+) -> BuildContext:
     if root.exists():
         shutil.rmtree(root)
     delta = root / "delta"
     vllm_root = inputs.target.vllm_root
     for rel, fp in sorted(tree.post.items()):
         if fp is None:
-            raise PatchError(f"{rel}: the stack deletes this file; a layer cannot delete base files")
+            raise PatchError(
+                f"{rel}: the stack deletes this file; a layer cannot delete base files"
+            )
         mode = tree.modes.get(rel, 0o644)
-        _place(delta, vllm_root / rel, (tree.parent / "vllm" / rel).read_bytes(), executable=bool(mode & 0o111))
+        _place(
+            delta,
+            vllm_root / rel,
+            (tree.parent / "vllm" / rel).read_bytes(),
+            executable=bool(mode & 0o111),
+        )
     for path in smoke_files():
         _place(delta, SMOKE_INSTALL / path.relative_to(SMOKE_DIR).as_posix(), path.read_bytes())
-    _place(delta, MANIFEST_PATH, (json.dumps(smoke_manifest(inputs, tree), indent=2, sort_keys=True) + "\n").encode())
+    _place(
+        delta,
+        MANIFEST_PATH,
+        (json.dumps(smoke_manifest(inputs, tree), indent=2, sort_keys=True) + "\n").encode(),
+    )
     _place(delta, LOCK_PATH, lock_json(lock))
     for dirpath, dirnames, filenames in os.walk(delta):
         os.chmod(dirpath, 0o755)
@@ -73,8 +99,13 @@ def write_context(root: Path, inputs: Inputs, tree: PatchedTree, lock: Lock, lab
             os.utime(os.path.join(dirpath, name), (mtime, mtime))
     for dirpath, _, _ in os.walk(delta, topdown=False):
         os.utime(dirpath, (mtime, mtime))
-    dockerfile = render_delta_dockerfile(builder_version=builder.__version__, target=inputs.target.name,
-                                         base_reference=base_reference, labels=labels, env=inputs.target.env)
+    dockerfile = render_delta_dockerfile(
+        builder_version=builder.__version__,
+        target=inputs.target.name,
+        base_reference=base_reference,
+        labels=labels,
+        env=inputs.target.env,
+    )
     (root / "Dockerfile").write_text(dockerfile)
     (root / ".dockerignore").write_text("Dockerfile\n.dockerignore\n")
     return BuildContext(root=root, dockerfile="Dockerfile", delta=delta)

@@ -50,13 +50,13 @@ class TagConflict(RegistryError):
 
 @dataclass(frozen=True)
 class RemoteImage:
-    name: str                   # registry/repository, as the engine names it
+    name: str  # registry/repository, as the engine names it
     tag: str | None
-    manifest_digest: str        # what the tag points to (what `repo@sha256:` pins)
-    config_digest: str          # == the image id in a classic-store engine and Podman
+    manifest_digest: str  # what the tag points to (what `repo@sha256:` pins)
+    config_digest: str  # == the image id in a classic-store engine and Podman
     labels: dict[str, str]
-    manifest: Manifest = field(repr=False)          # what the tag points to (manifest or index)
-    image_manifest: Manifest | None = field(default=None, repr=False)   # the platform's manifest
+    manifest: Manifest = field(repr=False)  # what the tag points to (manifest or index)
+    image_manifest: Manifest | None = field(default=None, repr=False)  # the platform's manifest
     raw_config: bytes = field(default=b"{}", repr=False)
 
     @property
@@ -81,7 +81,9 @@ def _at(verb: str, reference: str, exc: BuilderError) -> RegistryError:
     return RegistryError(f"{verb} {reference}: {message}")
 
 
-def remote_image(reference: str, platform: str = "linux/amd64", *, verb: str = "look up") -> RemoteImage | None:
+def remote_image(
+    reference: str, platform: str = "linux/amd64", *, verb: str = "look up"
+) -> RemoteImage | None:
     """What ``reference`` (name:tag or name@digest) holds in its registry; None when absent."""
     ref = parse_reference(reference)
     try:
@@ -94,9 +96,16 @@ def remote_image(reference: str, platform: str = "linux/amd64", *, verb: str = "
         raise _at(verb, reference, exc) from None
     config = json.loads(raw_config)
     labels = (config.get("config") or {}).get("Labels") or {}
-    return RemoteImage(name=ref.name, tag=ref.tag, manifest_digest=top.digest,
-                       config_digest=manifest.body["config"]["digest"], labels=labels, manifest=top,
-                       image_manifest=manifest, raw_config=raw_config)
+    return RemoteImage(
+        name=ref.name,
+        tag=ref.tag,
+        manifest_digest=top.digest,
+        config_digest=manifest.body["config"]["digest"],
+        labels=labels,
+        manifest=top,
+        image_manifest=manifest,
+        raw_config=raw_config,
+    )
 
 
 # -- make image: ask the registry first --------------------------------------------------------
@@ -114,9 +123,11 @@ def published_for(locked, log, *, verb: str = "look up") -> RemoteImage | None:
         return None
     expected = content_digest(locked.lock)
     if remote.lock_digest != expected:
-        raise TagConflict(f"{locked.reference}: the registry holds {remote.manifest_digest} under this content "
-                          f"tag but its {LOCK_LABEL} label is {remote.lock_digest or 'missing'}, not {expected}; "
-                          "refusing a foreign image under our tag")
+        raise TagConflict(
+            f"{locked.reference}: the registry holds {remote.manifest_digest} under this content "
+            f"tag but its {LOCK_LABEL} label is {remote.lock_digest or 'missing'}, not {expected}; "
+            "refusing a foreign image under our tag"
+        )
     return remote
 
 
@@ -133,18 +144,25 @@ def pull_if_published(engine: Engine, locked, log) -> str | None:
     from builder.workflow import removed_unless_released
 
     def find() -> str | None:
-        return engine.find_image([remote.config_digest, remote.manifest_digest], remote.diff_ids,
-                                 config_digest=remote.config_digest)
+        return engine.find_image(
+            [remote.config_digest, remote.manifest_digest],
+            remote.diff_ids,
+            config_digest=remote.config_digest,
+        )
 
     preexisting = find() is not None
     with log.step(f"pull {remote.pinned} instead of building"):
         engine.pull(remote.pinned, log.progress)
         image_id = find()
         if image_id is None:
-            raise EngineError(f"pull {remote.pinned}: {engine.describe()} holds no image with the registry's "
-                              f"config {remote.config_digest} and its layers")
+            raise EngineError(
+                f"pull {remote.pinned}: {engine.describe()} holds no image with the registry's "
+                f"config {remote.config_digest} and its layers"
+            )
         log.info(f"pulled {remote.pinned}: image {image_id}")
-    with removed_unless_released(engine, image_id, preexisting, log):     # a refused pull leaves nothing
+    with removed_unless_released(
+        engine, image_id, preexisting, log
+    ):  # a refused pull leaves nothing
         with log.step("verify the pulled image against the lock"):
             require_verified(engine, image_id, locked.lock, what=remote.pinned)
         with log.step("tag"):
@@ -161,12 +179,19 @@ def check_reproduces(locked, image: BuiltImage, log) -> None:
         if remote is None:
             log.info("no registry copy to compare with")
             return
-        if (remote.config_digest, remote.manifest_digest) != (image.config_digest, image.manifest_digest):
-            raise NotReproducible(f"{locked.reference}: rebuild is not reproducible: built config {image.config_digest} "
-                                  f"manifest {image.manifest_digest}, the registry copy is config "
-                                  f"{remote.config_digest} manifest {remote.manifest_digest}")
-        log.info(f"reproduced the registry copy: image {image.config_digest} == config of {remote.pinned} "
-                 f"(and its manifest digest)")
+        if (remote.config_digest, remote.manifest_digest) != (
+            image.config_digest,
+            image.manifest_digest,
+        ):
+            raise NotReproducible(
+                f"{locked.reference}: rebuild is not reproducible: built config {image.config_digest} "
+                f"manifest {image.manifest_digest}, the registry copy is config "
+                f"{remote.config_digest} manifest {remote.manifest_digest}"
+            )
+        log.info(
+            f"reproduced the registry copy: image {image.config_digest} == config of {remote.pinned} "
+            f"(and its manifest digest)"
+        )
 
 
 # -- make push ------------------------------------------------------------------------------------
@@ -175,18 +200,22 @@ class Published:
     name: str
     tag: str
     manifest_digest: str
-    image_id: str                                   # the config digest
-    aliases: dict[str, tuple[str | None, str]]      # alias -> (digest before, digest now)
-    uploaded: int = 0                               # bytes sent to the registry (blobs and manifest)
-    blobs: dict[str, str] = field(default_factory=dict)    # digest -> present | mounted | uploaded | streamed
-    no_op: bool = False                             # the content tag already held these very bytes
+    image_id: str  # the config digest
+    aliases: dict[str, tuple[str | None, str]]  # alias -> (digest before, digest now)
+    uploaded: int = 0  # bytes sent to the registry (blobs and manifest)
+    blobs: dict[str, str] = field(
+        default_factory=dict
+    )  # digest -> present | mounted | uploaded | streamed
+    no_op: bool = False  # the content tag already held these very bytes
 
     @property
     def pinned(self) -> str:
         return f"{self.name}@{self.manifest_digest}"
 
 
-def _upload_blobs(client, repository: str, image: BuiltImage, base: ResolvedBase, log) -> tuple[int, dict[str, str]]:
+def _upload_blobs(
+    client, repository: str, image: BuiltImage, base: ResolvedBase, log
+) -> tuple[int, dict[str, str]]:
     """Every blob the manifest names, into ``repository``: present ones skipped, base layers
     mounted (same registry) or streamed from the base's registry, delta and config from memory."""
     sent, how = 0, {}
@@ -199,12 +228,16 @@ def _upload_blobs(client, repository: str, image: BuiltImage, base: ResolvedBase
         elif same_registry and client.mount_blob(repository, digest, base_ref.repository):
             how[digest] = "mounted"
         else:
-            client.put_blob(repository, digest, base_client.blob_chunks(base_ref.repository, digest))
+            client.put_blob(
+                repository, digest, base_client.blob_chunks(base_ref.repository, digest)
+            )
             sent += int(layer["size"])
             how[digest] = "streamed"
         log.info(f"base layer {digest[:19]}: {how[digest]}")
-    for what, digest, data in (("delta layer", image.delta.diff_id, image.delta.layer),
-                               ("config", image.config_digest, image.config)):
+    for what, digest, data in (
+        ("delta layer", image.delta.diff_id, image.delta.layer),
+        ("config", image.config_digest, image.config),
+    ):
         if client.has_blob(repository, digest):
             how[digest] = "present"
         else:
@@ -215,8 +248,15 @@ def _upload_blobs(client, repository: str, image: BuiltImage, base: ResolvedBase
     return sent, how
 
 
-def publish(repository: str, tag: str, aliases: tuple[str, ...] | list[str], image: BuiltImage,
-            base: ResolvedBase, log, platform: str = "linux/amd64") -> Published:
+def publish(
+    repository: str,
+    tag: str,
+    aliases: tuple[str, ...] | list[str],
+    image: BuiltImage,
+    base: ResolvedBase,
+    log,
+    platform: str = "linux/amd64",
+) -> Published:
     """Push the builder's own image under ``repository:tag`` through the registry API, then point
     the aliases at it. The manifest digest is the builder's, the same from every machine."""
     reference = f"{repository}:{tag}"
@@ -224,10 +264,15 @@ def publish(repository: str, tag: str, aliases: tuple[str, ...] | list[str], ima
     with log.step(f"ask the registry for {reference}"):
         existing = remote_image(reference, platform, verb="push")
         if existing is not None and existing.manifest_digest != image.manifest_digest:
-            wanted = (f"image {image.config_digest}" if existing.config_digest != image.config_digest
-                      else f"the builder's manifest {image.manifest_digest} of that image (pushed by another tool?)")
-            raise TagConflict(f"push {reference}: the registry already holds this tag as {existing.manifest_digest} "
-                              f"(image {existing.config_digest}), not {wanted}; a content tag is never overwritten")
+            wanted = (
+                f"image {image.config_digest}"
+                if existing.config_digest != image.config_digest
+                else f"the builder's manifest {image.manifest_digest} of that image (pushed by another tool?)"
+            )
+            raise TagConflict(
+                f"push {reference}: the registry already holds this tag as {existing.manifest_digest} "
+                f"(image {existing.config_digest}), not {wanted}; a content tag is never overwritten"
+            )
         before = {}
         for alias in aliases:
             current = remote_image(f"{repository}:{alias}", platform, verb="push")
@@ -247,8 +292,10 @@ def publish(repository: str, tag: str, aliases: tuple[str, ...] | list[str], ima
             sent += len(image.manifest)
             pushed = remote_image(reference, platform, verb="push")
             if pushed is None or pushed.manifest_digest != image.manifest_digest:
-                raise RegistryError(f"push {reference}: sent manifest {image.manifest_digest}, the registry holds "
-                                    f"{pushed.manifest_digest if pushed else 'nothing'}")
+                raise RegistryError(
+                    f"push {reference}: sent manifest {image.manifest_digest}, the registry holds "
+                    f"{pushed.manifest_digest if pushed else 'nothing'}"
+                )
             log.info(f"pushed {reference} -> {image.manifest_digest} ({sent} bytes sent)")
     digest = image.manifest_digest
     moved: dict[str, tuple[str | None, str]] = {}
@@ -261,8 +308,16 @@ def publish(repository: str, tag: str, aliases: tuple[str, ...] | list[str], ima
                     raise _at("push", f"{repository}:{alias}", exc) from None
                 moved[alias] = (before[alias], digest)
                 log.info(f"{repository}:{alias} -> {digest} (was {before[alias] or 'absent'})")
-    return Published(name=ref.name, tag=tag, manifest_digest=digest, image_id=image.config_digest,
-                     aliases=moved, uploaded=sent, blobs=how, no_op=no_op)
+    return Published(
+        name=ref.name,
+        tag=tag,
+        manifest_digest=digest,
+        image_id=image.config_digest,
+        aliases=moved,
+        uploaded=sent,
+        blobs=how,
+        no_op=no_op,
+    )
 
 
 def expected_manifest(remote: RemoteImage, base: ResolvedBase) -> bytes | None:
@@ -308,18 +363,25 @@ def published_as_predicted(locked, *, verb: str) -> RemoteImage:
     reference = locked.reference
     remote = remote_image(reference, locked.inputs.target.base.platform, verb=verb)
     if remote is None:
-        raise RegistryError(f"{verb} {reference}: no such tag in the registry; push it first (`make push`)")
+        raise RegistryError(
+            f"{verb} {reference}: no such tag in the registry; push it first (`make push`)"
+        )
     expected_lock = content_digest(locked.lock)
     if remote.lock_digest != expected_lock:
-        raise RegistryError(f"{verb} {reference}: the registry's image carries {LOCK_LABEL}="
-                            f"{remote.lock_digest or 'nothing'}, not this lock's {expected_lock}; refusing it")
+        raise RegistryError(
+            f"{verb} {reference}: the registry's image carries {LOCK_LABEL}="
+            f"{remote.lock_digest or 'nothing'}, not this lock's {expected_lock}; refusing it"
+        )
     from builder.base import resolve_base
+
     try:
         expected = expected_manifest(remote, resolve_base(locked.inputs.target.base))
     except BuilderError as exc:
         raise RegistryError(f"{verb} {reference}: {exc}") from None
     predicted = "sha256:" + sha256_bytes(expected) if expected is not None else None
     if predicted != remote.manifest_digest:
-        raise RegistryError(f"{verb} {reference}: the registry holds manifest {remote.manifest_digest}, the lock "
-                            f"predicts {predicted or 'a single-platform manifest'}; not the builder's push, refusing it")
+        raise RegistryError(
+            f"{verb} {reference}: the registry holds manifest {remote.manifest_digest}, the lock "
+            f"predicts {predicted or 'a single-platform manifest'}; not the builder's push, refusing it"
+        )
     return remote

@@ -15,11 +15,12 @@ from __future__ import annotations
 import io
 import json
 import re
-from contextlib import contextmanager
 import tarfile
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO, Callable, Iterable, Iterator
+from typing import BinaryIO
 
 import docker
 import requests
@@ -30,32 +31,46 @@ from builder.errors import EngineError
 ProgressFn = Callable[[str], None]
 
 
-_UNAUTHORIZED = ("unauthorized", "authentication required", "no basic auth credentials", "denied: requested access")
-_UNREACHABLE = re.compile(r"connection refused|connection reset|broken pipe|i/o timeout|no such host|"
-                          r"server misbehaving|\bEOF\b|502 bad gateway|503 service unavailable", re.I)
+_UNAUTHORIZED = (
+    "unauthorized",
+    "authentication required",
+    "no basic auth credentials",
+    "denied: requested access",
+)
+_UNREACHABLE = re.compile(
+    r"connection refused|connection reset|broken pipe|i/o timeout|no such host|"
+    r"server misbehaving|\bEOF\b|502 bad gateway|503 service unavailable",
+    re.I,
+)
 
 
 def _friendly(message: str) -> str:
     lowered = message.lower()
     if "no space left on device" in lowered:
         return f"the engine ran out of disk space ({message.strip()}); free space with `docker system prune`"
-    short = re.sub(r"\?[^\s\"]*", "", message.strip())      # upload URLs carry long state tokens
+    short = re.sub(r"\?[^\s\"]*", "", message.strip())  # upload URLs carry long state tokens
     if any(word in lowered for word in _UNAUTHORIZED):
-        return (f"the registry refused the credentials ({short}); check `docker login` / the docker config "
-                "($DOCKER_CONFIG/config.json, credential helpers)")
+        return (
+            f"the registry refused the credentials ({short}); check `docker login` / the docker config "
+            "($DOCKER_CONFIG/config.json, credential helpers)"
+        )
     if _UNREACHABLE.search(message):
         return f"the registry is unreachable or went away mid-transfer ({short})"
     return message.strip()
 
 
-def check_stream(chunks: Iterable[dict], what: str, progress: ProgressFn | None = None) -> list[dict]:
+def check_stream(
+    chunks: Iterable[dict], what: str, progress: ProgressFn | None = None
+) -> list[dict]:
     """Consume a JSON progress stream; raise on the first ``error`` entry it carries."""
     seen = []
     last_status: dict[str, str] = {}
     for chunk in chunks:
         seen.append(chunk)
         if "error" in chunk or "errorDetail" in chunk:
-            detail = chunk.get("errorDetail", {}).get("message") or chunk.get("error") or "unknown error"
+            detail = (
+                chunk.get("errorDetail", {}).get("message") or chunk.get("error") or "unknown error"
+            )
             raise EngineError(f"{what}: {_friendly(detail)}")
         if progress is None:
             continue
@@ -64,7 +79,7 @@ def check_stream(chunks: Iterable[dict], what: str, progress: ProgressFn | None 
         elif "status" in chunk:
             key = chunk.get("id", "")
             status = chunk["status"]
-            if last_status.get(key) != status:      # one line per layer state, not per byte
+            if last_status.get(key) != status:  # one line per layer state, not per byte
                 last_status[key] = status
                 progress(f"{key}: {status}" if key else status)
     return seen
@@ -79,15 +94,15 @@ class FileEntry:
 @dataclass(frozen=True)
 class RunResult:
     exit_code: int
-    output: str                 # stdout and stderr, interleaved
-    files: dict[str, bytes]     # the collected files that existed
+    output: str  # stdout and stderr, interleaved
+    files: dict[str, bytes]  # the collected files that existed
 
 
 @dataclass(frozen=True)
 class EngineInfo:
-    name: str                   # "Docker Engine", "Podman Engine"
+    name: str  # "Docker Engine", "Podman Engine"
     version: str
-    store: str                  # "classic image store (overlay2)", "containerd image store (overlayfs)", ...
+    store: str  # "classic image store (overlay2)", "containerd image store (overlayfs)", ...
 
     @property
     def podman(self) -> bool:
@@ -133,24 +148,28 @@ class Engine:
         self._info = info
 
     @classmethod
-    def connect(cls) -> "Engine":
+    def connect(cls) -> Engine:
         try:
             client = docker.from_env(timeout=600)
             client.ping()
         except (docker_errors.DockerException, requests.RequestException) as exc:
             reason = str(exc).split("(", 1)[0].strip() or type(exc).__name__
-            raise EngineError(f"cannot reach the Docker engine ({reason}): is dockerd running and "
-                              "DOCKER_HOST set correctly?") from None
+            raise EngineError(
+                f"cannot reach the Docker engine ({reason}): is dockerd running and "
+                "DOCKER_HOST set correctly?"
+            ) from None
         engine = cls(client)
-        engine.info                     # one line now, rather than mid-build, if /version or /info fail
+        engine.info  # one line now, rather than mid-build, if /version or /info fail
         return engine
 
     @property
     def info(self) -> EngineInfo:
         if self._info is None:
             self._info = EngineInfo("engine", "of unknown version", "unknown image store")
-            self._info = self._call("ask the engine what it is",
-                                    lambda: engine_info(self.api.version(), self.api.info()))
+            self._info = self._call(
+                "ask the engine what it is",
+                lambda: engine_info(self.api.version(), self.api.info()),
+            )
         return self._info
 
     def describe(self) -> str:
@@ -164,8 +183,10 @@ class Engine:
                 message = message.decode("utf-8", "replace")
             status = exc.status_code
             if status in (405, 501) or (status == 404 and _UNSUPPORTED.search(str(message))):
-                return (f"{self.describe()} does not provide this API ({str(message).strip()}); the builder needs "
-                        "the Docker engine API's archive, load, create/start/wait and tag endpoints")
+                return (
+                    f"{self.describe()} does not provide this API ({str(message).strip()}); the builder needs "
+                    "the Docker engine API's archive, load, create/start/wait and tag endpoints"
+                )
             return _friendly(str(message))
         if isinstance(exc, requests.RequestException):
             return f"the engine connection failed ({type(exc).__name__}: {str(exc).split('(', 1)[0].strip()})"
@@ -201,7 +222,9 @@ class Engine:
             raise EngineError(f"{ref}: no such image in the engine")
         return found
 
-    def find_image(self, names: list[str], diff_ids: list[str], *, config_digest: str) -> str | None:
+    def find_image(
+        self, names: list[str], diff_ids: list[str], *, config_digest: str
+    ) -> str | None:
         """The engine's id for an image known by its digests, whatever the store calls it.
 
         Classic stores and Podman key images by config digest, the containerd store by manifest
@@ -216,15 +239,24 @@ class Engine:
             image_id = found.get("Id", "")
             if not image_id.startswith("sha256:"):
                 image_id = "sha256:" + image_id
-            if image_id in digests and list((found.get("RootFS") or {}).get("Layers") or []) == diff_ids:
+            if (
+                image_id in digests
+                and list((found.get("RootFS") or {}).get("Layers") or []) == diff_ids
+            ):
                 return image_id
         return None
 
     def pull(self, reference: str, progress: ProgressFn | None = None) -> str:
         """Pull ``name@sha256:...`` (or name:tag); returns the local image id."""
         name, sep, digest = reference.partition("@")
-        self._call(f"pull {reference}", lambda: check_stream(
-            self.api.pull(name, tag=digest if sep else None, stream=True, decode=True), f"pull {reference}", progress))
+        self._call(
+            f"pull {reference}",
+            lambda: check_stream(
+                self.api.pull(name, tag=digest if sep else None, stream=True, decode=True),
+                f"pull {reference}",
+                progress,
+            ),
+        )
         image_id = self.image_id(reference)
         if image_id is None:
             raise EngineError(f"pull {reference}: the engine reports success but has no such image")
@@ -234,7 +266,9 @@ class Engine:
         return self.image_id(reference) or self.pull(reference, progress)
 
     def tag(self, image: str, repository: str, tag: str) -> None:
-        self._call(f"tag {repository}:{tag}", lambda: self.api.tag(image, repository, tag, force=True))
+        self._call(
+            f"tag {repository}:{tag}", lambda: self.api.tag(image, repository, tag, force=True)
+        )
 
     def untag(self, ref: str) -> None:
         self._call(f"untag {ref}", lambda: self.api.remove_image(ref, noprune=True), absent=None)
@@ -244,7 +278,9 @@ class Engine:
 
     def names_of(self, image: str) -> list[str]:
         """The tags an image carries (empty when it has none or is absent)."""
-        found = self._call(f"inspect {image}", lambda: self.api.inspect_image(image), absent=None) or {}
+        found = (
+            self._call(f"inspect {image}", lambda: self.api.inspect_image(image), absent=None) or {}
+        )
         return [t for t in found.get("RepoTags") or [] if t and not t.startswith("<none>")]
 
     # -- files out of an image --------------------------------------------------------------
@@ -265,44 +301,74 @@ class Engine:
 
     def _read_file(self, container: str, path: str, image: str) -> FileEntry | None:
         wanted = archive_path(path, self.info)
-        got = self._call(f"read {path} from {image}",
-                         lambda: b"".join(self.api.get_archive(container, wanted)[0]), absent=None)
+        got = self._call(
+            f"read {path} from {image}",
+            lambda: b"".join(self.api.get_archive(container, wanted)[0]),
+            absent=None,
+        )
         if got is None:
             return None
         with tarfile.open(fileobj=io.BytesIO(got)) as archive:
             member = archive.next()
             if member is None or not member.isfile():
-                kind = "a symlink" if member is not None and member.issym() else "not a regular file"
+                kind = (
+                    "a symlink" if member is not None and member.issym() else "not a regular file"
+                )
                 raise EngineError(f"{image}: {path} is {kind}; refusing to read it")
             return FileEntry(data=archive.extractfile(member).read(), mode=member.mode & 0o7777)
 
-    def run(self, image: str, command: list[str], *, collect: list[str], timeout_s: int,
-            environment: dict[str, str] | None = None, **host_options) -> RunResult:
+    def run(
+        self,
+        image: str,
+        command: list[str],
+        *,
+        collect: list[str],
+        timeout_s: int,
+        environment: dict[str, str] | None = None,
+        **host_options,
+    ) -> RunResult:
         """Run ``command`` in a fresh container (no network), wait, and read ``collect`` files
         out of it with the archive API. The container is removed on every exit path (an error,
         a timeout, SIGTERM or Ctrl-C included)."""
         what = f"run {image}"
-        container = self._create(image, command=command, environment=environment or {}, network_disabled=True,
-                                 host_config=self._call(what, lambda: self.api.create_host_config(**host_options)))
+        container = self._create(
+            image,
+            command=command,
+            environment=environment or {},
+            network_disabled=True,
+            host_config=self._call(what, lambda: self.api.create_host_config(**host_options)),
+        )
         try:
             self._call(f"{what}: start container", lambda: self.api.start(container))
             try:
                 status = self.api.wait(container, timeout=timeout_s)
-            except requests.RequestException as exc:       # ReadTimeout / ConnectionError
-                raise EngineError(f"{what}: did not finish within {timeout_s}s ({type(exc).__name__})") from None
+            except requests.RequestException as exc:  # ReadTimeout / ConnectionError
+                raise EngineError(
+                    f"{what}: did not finish within {timeout_s}s ({type(exc).__name__})"
+                ) from None
             except docker_errors.DockerException as exc:
                 raise EngineError(f"{what}: wait: {self._explain(exc)}") from None
-            output = self._call(f"{what}: logs", lambda: self.api.logs(container, stdout=True, stderr=True))
+            output = self._call(
+                f"{what}: logs", lambda: self.api.logs(container, stdout=True, stderr=True)
+            )
             output = output.decode("utf-8", "replace")
             files = {path: self._read_file(container, path, image) for path in collect}
-            return RunResult(exit_code=int(status.get("StatusCode", -1)), output=output,
-                             files={k: v.data for k, v in files.items() if v is not None})
+            return RunResult(
+                exit_code=int(status.get("StatusCode", -1)),
+                output=output,
+                files={k: v.data for k, v in files.items() if v is not None},
+            )
         finally:
             self.remove_container(container)
 
     def _create(self, image: str, command: list[str] | None = None, **kwargs) -> str:
-        created = self._call(f"create container from {image}", lambda: self.api.create_container(
-            image, command=command or ["/m3-image-never-started"], **kwargs), absent=None)
+        created = self._call(
+            f"create container from {image}",
+            lambda: self.api.create_container(
+                image, command=command or ["/m3-image-never-started"], **kwargs
+            ),
+            absent=None,
+        )
         if created is None:
             raise EngineError(f"{image}: no such image in the engine")
         return created["Id"]
@@ -315,16 +381,39 @@ class Engine:
             pass
 
     # -- build, save, load ----------------------------------------------------------------
-    def build(self, context: Path | BinaryIO, dockerfile: str, tag: str, progress: ProgressFn | None = None,
-              network_mode: str | None = None) -> str:
+    def build(
+        self,
+        context: Path | BinaryIO,
+        dockerfile: str,
+        tag: str,
+        progress: ProgressFn | None = None,
+        network_mode: str | None = None,
+    ) -> str:
         """Build with the engine's builder from a folder or an uncompressed tar stream (the
         stand-in base and the Dockerfile-agreement test; the product's layer is written by
         builder.layer)."""
-        source = ({"path": str(context)} if isinstance(context, (str, Path))
-                  else {"fileobj": context, "custom_context": True})
-        self._call(f"build {tag}", lambda: check_stream(self.api.build(
-            **source, dockerfile=dockerfile, tag=tag, rm=True, forcerm=True, pull=False, decode=True,
-            network_mode=network_mode), f"build {tag}", progress))
+        source = (
+            {"path": str(context)}
+            if isinstance(context, (str, Path))
+            else {"fileobj": context, "custom_context": True}
+        )
+        self._call(
+            f"build {tag}",
+            lambda: check_stream(
+                self.api.build(
+                    **source,
+                    dockerfile=dockerfile,
+                    tag=tag,
+                    rm=True,
+                    forcerm=True,
+                    pull=False,
+                    decode=True,
+                    network_mode=network_mode,
+                ),
+                f"build {tag}",
+                progress,
+            ),
+        )
         return self.inspect(tag)["Id"]
 
     def import_image(self, tar_path: Path, repository: str, tag: str) -> str:
@@ -335,10 +424,14 @@ class Engine:
             lines = [line for line in str(raw).splitlines() if line.strip().startswith("{")]
             check_stream((json.loads(line) for line in lines), f"import {tar_path} as {reference}")
         except docker_errors.APIError as exc:
-            raise EngineError(f"import {tar_path} as {reference}: {_friendly(exc.explanation or str(exc))}") from None
+            raise EngineError(
+                f"import {tar_path} as {reference}: {_friendly(exc.explanation or str(exc))}"
+            ) from None
         image_id = self.image_id(reference)
         if image_id is None:
-            raise EngineError(f"import {tar_path} as {reference}: the engine reports success but has no such image")
+            raise EngineError(
+                f"import {tar_path} as {reference}: the engine reports success but has no such image"
+            )
         return image_id
 
     def save(self, image: str) -> bytes:
@@ -348,14 +441,23 @@ class Engine:
     def load(self, archive: bytes) -> None:
         def load() -> None:
             result = self.api.load_image(archive)
-            check_stream(result if not isinstance(result, dict) else [result], "load assembled image")
+            check_stream(
+                result if not isinstance(result, dict) else [result], "load assembled image"
+            )
+
         self._call("load assembled image", load)
 
     # -- registry --------------------------------------------------------------------------
     def push(self, repository: str, tag: str, progress: ProgressFn | None = None) -> str:
         """Push ``repository:tag`` with the engine (the stand-in base); returns the manifest digest."""
-        chunks = self._call(f"push {repository}:{tag}", lambda: check_stream(
-            self.api.push(repository, tag=tag, stream=True, decode=True), f"push {repository}:{tag}", progress))
+        chunks = self._call(
+            f"push {repository}:{tag}",
+            lambda: check_stream(
+                self.api.push(repository, tag=tag, stream=True, decode=True),
+                f"push {repository}:{tag}",
+                progress,
+            ),
+        )
         for chunk in chunks:
             digest = chunk.get("aux", {}).get("Digest")
             if digest:

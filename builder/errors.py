@@ -8,7 +8,7 @@ class BuilderError(Exception):
         if "\n" in message:
             message = " ".join(part.strip() for part in message.splitlines() if part.strip())
         super().__init__(message)
-        self.details = list(details or [])   # printed under the one-line message (e.g. a diff)
+        self.details = list(details or [])  # printed under the one-line message (e.g. a diff)
 
 
 class SpecError(BuilderError):

@@ -26,11 +26,12 @@ def sha256_file(path: Path) -> str:
 @dataclass(frozen=True)
 class Fingerprint:
     """A file's content as the lock and the image manifest record it: git blob id and sha256."""
+
     git_blob: str
     sha256: str
 
     @classmethod
-    def of(cls, data: bytes) -> "Fingerprint":
+    def of(cls, data: bytes) -> Fingerprint:
         return cls(git_blob=git_blob_id(data), sha256=sha256_bytes(data))
 
     def as_dict(self) -> dict[str, str]:

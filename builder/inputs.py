@@ -15,12 +15,17 @@ PROJECT_DIR = PACKAGE_DIR.parent
 TEMPLATE_DIR = PROJECT_DIR / "dockerfiles"
 DELTA_TEMPLATE = "delta.Dockerfile.j2"
 SMOKE_DIR = PROJECT_DIR / "smoke"
-CONFIGS_DIR = "model_executor/layers/fused_moe/configs"     # where vLLM looks tables up
+CONFIGS_DIR = "model_executor/layers/fused_moe/configs"  # where vLLM looks tables up
 
 
 def _source_files(root: Path) -> list[Path]:
-    return sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts
-                  and p.suffix in (".py", ".json", ".pt", ".npz", ".j2", ".txt"))
+    return sorted(
+        p
+        for p in root.rglob("*")
+        if p.is_file()
+        and "__pycache__" not in p.parts
+        and p.suffix in (".py", ".json", ".pt", ".npz", ".j2", ".txt")
+    )
 
 
 # The builder modules whose code decides the image's bytes (what is read, patched, placed,
@@ -28,11 +33,37 @@ def _source_files(root: Path) -> list[Path]:
 # (commands, delivery, registry client, validation, verification, logging, errors) move or
 # check images without changing them, so editing them leaves every lock and content tag alone.
 # tests/builder/test_inputs.py fails when a module is in neither list.
-IMAGE_SHAPING = ("assemble.py", "base.py", "context.py", "dockerfile.py", "engine.py", "hashing.py",
-                 "image_layout.py", "inputs.py", "layer.py", "lock.py", "manifest.py", "patchstack.py",
-                 "provenance.py", "reference.py", "spec.py", "tree.py", "workflow.py")
-NOT_IMAGE_SHAPING = ("__init__.py", "__main__.py", "cli.py", "commands/*.py", "delivery.py", "errors.py",
-                     "log.py", "registry.py", "validate.py", "verify.py")
+IMAGE_SHAPING = (
+    "assemble.py",
+    "base.py",
+    "context.py",
+    "dockerfile.py",
+    "engine.py",
+    "hashing.py",
+    "image_layout.py",
+    "inputs.py",
+    "layer.py",
+    "lock.py",
+    "manifest.py",
+    "patchstack.py",
+    "provenance.py",
+    "reference.py",
+    "spec.py",
+    "tree.py",
+    "workflow.py",
+)
+NOT_IMAGE_SHAPING = (
+    "__init__.py",
+    "__main__.py",
+    "cli.py",
+    "commands/*.py",
+    "delivery.py",
+    "errors.py",
+    "log.py",
+    "registry.py",
+    "validate.py",
+    "verify.py",
+)
 
 
 def image_shaping_files() -> list[Path]:
@@ -75,7 +106,10 @@ class Inputs:
 
 def collect_inputs(target: Target) -> Inputs:
     patches = tuple(load_series(target.series))
-    tables = tuple(TableInput(source=t.source, name=t.name, sha256=sha256_file(t.source)) for t in target.tables)
+    tables = tuple(
+        TableInput(source=t.source, name=t.name, sha256=sha256_file(t.source))
+        for t in target.tables
+    )
     smoke = smoke_files()
     return Inputs(
         target=target,

@@ -43,27 +43,36 @@ def _split(name: str) -> tuple[bytes, bytes]:
     try:
         raw = name.encode("ascii")
     except UnicodeEncodeError:
-        raise BuilderError(f"layer: {name!r}: only ASCII paths are allowed in the delta layer") from None
+        raise BuilderError(
+            f"layer: {name!r}: only ASCII paths are allowed in the delta layer"
+        ) from None
     if len(raw) <= 100:
         return b"", raw
-    for cut in range(len(raw) - 1, 0, -1):          # the longest prefix that fits, cut at a '/'
-        if raw[cut:cut + 1] == b"/" and cut <= 155 and len(raw) - cut - 1 <= 100:
-            return raw[:cut], raw[cut + 1:]
-    raise BuilderError(f"layer: {name}: path too long for a ustar header (prefix 155 + name 100 bytes)")
+    for cut in range(len(raw) - 1, 0, -1):  # the longest prefix that fits, cut at a '/'
+        if raw[cut : cut + 1] == b"/" and cut <= 155 and len(raw) - cut - 1 <= 100:
+            return raw[:cut], raw[cut + 1 :]
+    raise BuilderError(
+        f"layer: {name}: path too long for a ustar header (prefix 155 + name 100 bytes)"
+    )
 
 
 def header(name: str, *, size: int, mode: int, mtime: int, typeflag: bytes) -> bytes:
     prefix, short = _split(name)
     fields = [
         short.ljust(100, b"\0"),
-        _octal(mode, 8), _octal(0, 8), _octal(0, 8),        # mode, uid, gid
-        _octal(size, 12), _octal(mtime, 12),
-        b" " * 8,                                           # checksum placeholder
+        _octal(mode, 8),
+        _octal(0, 8),
+        _octal(0, 8),  # mode, uid, gid
+        _octal(size, 12),
+        _octal(mtime, 12),
+        b" " * 8,  # checksum placeholder
         typeflag,
-        b"\0" * 100,                                        # linkname
-        b"ustar\x0000",                                     # magic + version
-        b"\0" * 32, b"\0" * 32,                             # uname, gname: empty
-        _octal(0, 8), _octal(0, 8),                         # devmajor, devminor
+        b"\0" * 100,  # linkname
+        b"ustar\x0000",  # magic + version
+        b"\0" * 32,
+        b"\0" * 32,  # uname, gname: empty
+        _octal(0, 8),
+        _octal(0, 8),  # devmajor, devminor
         prefix.ljust(155, b"\0"),
     ]
     block = b"".join(fields).ljust(BLOCK, b"\0")
@@ -85,7 +94,9 @@ def _entries(root: Path) -> list[tuple[str, Path, bool]]:
             elif stat.S_ISREG(info.st_mode):
                 found.append((rel, path, False))
             else:
-                raise BuilderError(f"layer: {rel}: only regular files and directories go into the delta layer")
+                raise BuilderError(
+                    f"layer: {rel}: only regular files and directories go into the delta layer"
+                )
     return sorted(found, key=lambda entry: entry[0].rstrip("/").encode())
 
 
@@ -98,7 +109,13 @@ def canonical_layer(root: Path, mtime: int) -> bytes:
             continue
         data = path.read_bytes()
         executable = bool(path.stat().st_mode & 0o111)
-        out += header(name, size=len(data), mode=0o755 if executable else 0o644, mtime=mtime, typeflag=_REGULAR)
+        out += header(
+            name,
+            size=len(data),
+            mode=0o755 if executable else 0o644,
+            mtime=mtime,
+            typeflag=_REGULAR,
+        )
         out += data
         out += b"\0" * (-len(data) % BLOCK)
     out += b"\0" * (2 * BLOCK)

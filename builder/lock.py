@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import difflib
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any
 
 import yaml
 
@@ -29,9 +30,11 @@ from builder.inputs import DELTA_TEMPLATE, Inputs
 from builder.tree import PatchedTree
 
 LOCK_SCHEMA = 1
-ABSENT = "absent"           # how the document spells a file that does not exist (never used in memory)
-HEADER = ("# Written by `python -m builder lock`; do not edit by hand.\n"
-          "# `make image` refuses to build when any input drifts from this file.\n")
+ABSENT = "absent"  # how the document spells a file that does not exist (never used in memory)
+HEADER = (
+    "# Written by `python -m builder lock`; do not edit by hand.\n"
+    "# `make image` refuses to build when any input drifts from this file.\n"
+)
 
 
 # -- the typed lock ------------------------------------------------------------------------------
@@ -40,7 +43,7 @@ class LockedBase:
     image: str
     digest: str
     platform: str
-    manifest: str | None = None     # the three resolved ids: None in the engine-free section
+    manifest: str | None = None  # the three resolved ids: None in the engine-free section
     config: str | None = None
     created: str | None = None
 
@@ -48,7 +51,7 @@ class LockedBase:
     def resolved(self) -> bool:
         return self.manifest is not None
 
-    def pinned(self) -> "LockedBase":
+    def pinned(self) -> LockedBase:
         """Only what the spec says (image, digest, platform)."""
         return LockedBase(self.image, self.digest, self.platform)
 
@@ -74,7 +77,7 @@ class LockedBuilder:
 
 @dataclass(frozen=True)
 class LockedFile:
-    file: str           # relative to the project root
+    file: str  # relative to the project root
     sha256: str
 
     @property
@@ -89,7 +92,7 @@ class LockedPatch(LockedFile):
 
 @dataclass(frozen=True)
 class LockedTable(LockedFile):
-    installs_as: str = ""   # relative to the vLLM root
+    installs_as: str = ""  # relative to the vLLM root
 
 
 @dataclass(frozen=True)
@@ -118,6 +121,7 @@ class LockedInputs:
 @dataclass(frozen=True)
 class FileChange:
     """A file the build writes under the vLLM root: before and after; None where absent."""
+
     pre: Fingerprint | None
     post: Fingerprint | None
 
@@ -129,10 +133,12 @@ class Lock:
     vllm: LockedVllm
     builder: LockedBuilder
     inputs: LockedInputs
-    files: Mapping[str, FileChange] | None = None   # None: the engine-free section (no base resolved)
+    files: Mapping[str, FileChange] | None = (
+        None  # None: the engine-free section (no base resolved)
+    )
     schema: int = LOCK_SCHEMA
 
-    def inputs_section(self) -> "Lock":
+    def inputs_section(self) -> Lock:
         """The part :func:`lock_inputs` recomputes without an engine."""
         return replace(self, base=self.base.pinned(), files=None)
 
@@ -143,25 +149,41 @@ class Lock:
             "schema": self.schema,
             "target": self.target,
             "base": self.base.to_doc(),
-            "vllm": {"root": self.vllm.root, "version": self.vllm.version, "revision": self.vllm.revision},
+            "vllm": {
+                "root": self.vllm.root,
+                "version": self.vllm.version,
+                "revision": self.vllm.revision,
+            },
             "builder": {"version": self.builder.version, "sha256": self.builder.sha256},
             "inputs": {
                 "series": {"file": inputs.series.file, "sha256": inputs.series.sha256},
-                "patches": [{"file": p.file, "sha256": p.sha256, "upstream": p.upstream} for p in inputs.patches],
-                "tables": [{"file": t.file, "sha256": t.sha256, "installs_as": t.installs_as} for t in inputs.tables],
+                "patches": [
+                    {"file": p.file, "sha256": p.sha256, "upstream": p.upstream}
+                    for p in inputs.patches
+                ],
+                "tables": [
+                    {"file": t.file, "sha256": t.sha256, "installs_as": t.installs_as}
+                    for t in inputs.tables
+                ],
                 "template": {"file": inputs.template.file, "sha256": inputs.template.sha256},
                 "smoke": {"sha256": inputs.smoke.sha256},
-                "output": {"repository": inputs.output.repository, "aliases": list(inputs.output.aliases)},
+                "output": {
+                    "repository": inputs.output.repository,
+                    "aliases": list(inputs.output.aliases),
+                },
                 "labels": dict(inputs.labels),
                 "env": dict(inputs.env),
             },
         }
         if self.files is not None:
-            doc["files"] = {rel: {"pre": _fp_doc(c.pre), "post": _fp_doc(c.post)} for rel, c in self.files.items()}
+            doc["files"] = {
+                rel: {"pre": _fp_doc(c.pre), "post": _fp_doc(c.post)}
+                for rel, c in self.files.items()
+            }
         return doc
 
     @classmethod
-    def from_doc(cls, doc: Any, where: str = "lock") -> "Lock":
+    def from_doc(cls, doc: Any, where: str = "lock") -> Lock:
         """Read a lock document; a missing key or a wrong type is a one-line :class:`LockError`."""
         r = _DocReader(where)
         top = r.mapping(doc, "")
@@ -172,7 +194,9 @@ class Lock:
         resolved = [k for k in ("manifest", "config", "created") if k in base]
         if resolved and len(resolved) != 3:
             missing = next(k for k in ("manifest", "config", "created") if k not in base)
-            raise LockError(f"{where}: base.{missing}: missing (a resolved base records manifest, config and created)")
+            raise LockError(
+                f"{where}: base.{missing}: missing (a resolved base records manifest, config and created)"
+            )
         vllm = r.mapping(r.get(top, "", "vllm"), "vllm")
         bld = r.mapping(r.get(top, "", "builder"), "builder")
         inputs = r.mapping(r.get(top, "", "inputs"), "inputs")
@@ -183,31 +207,71 @@ class Lock:
             for rel, change in r.mapping(top["files"], "files").items():
                 key = f"files.{rel}"
                 change = r.mapping(change, key)
-                files[r.text(rel, "files")] = FileChange(pre=r.fingerprint(r.get(change, key, "pre"), f"{key}.pre"),
-                                                         post=r.fingerprint(r.get(change, key, "post"), f"{key}.post"))
+                files[r.text(rel, "files")] = FileChange(
+                    pre=r.fingerprint(r.get(change, key, "pre"), f"{key}.pre"),
+                    post=r.fingerprint(r.get(change, key, "post"), f"{key}.post"),
+                )
         return cls(
             schema=schema,
             target=r.string(top, "", "target"),
-            base=LockedBase(image=r.string(base, "base", "image"), digest=r.string(base, "base", "digest"),
-                            platform=r.string(base, "base", "platform"),
-                            manifest=r.string(base, "base", "manifest") if resolved else None,
-                            config=r.string(base, "base", "config") if resolved else None,
-                            created=r.string(base, "base", "created") if resolved else None),
-            vllm=LockedVllm(root=r.string(vllm, "vllm", "root"), version=r.string(vllm, "vllm", "version"),
-                            revision=r.string(vllm, "vllm", "revision")),
-            builder=LockedBuilder(version=r.string(bld, "builder", "version"), sha256=r.string(bld, "builder", "sha256")),
+            base=LockedBase(
+                image=r.string(base, "base", "image"),
+                digest=r.string(base, "base", "digest"),
+                platform=r.string(base, "base", "platform"),
+                manifest=r.string(base, "base", "manifest") if resolved else None,
+                config=r.string(base, "base", "config") if resolved else None,
+                created=r.string(base, "base", "created") if resolved else None,
+            ),
+            vllm=LockedVllm(
+                root=r.string(vllm, "vllm", "root"),
+                version=r.string(vllm, "vllm", "version"),
+                revision=r.string(vllm, "vllm", "revision"),
+            ),
+            builder=LockedBuilder(
+                version=r.string(bld, "builder", "version"),
+                sha256=r.string(bld, "builder", "sha256"),
+            ),
             inputs=LockedInputs(
-                series=LockedFile(**r.fields(r.get(inputs, "inputs", "series"), "inputs.series", ("file", "sha256"))),
-                patches=tuple(LockedPatch(**r.fields(p, f"inputs.patches[{i}]", ("file", "sha256", "upstream")))
-                              for i, p in enumerate(r.sequence(r.get(inputs, "inputs", "patches"), "inputs.patches"))),
-                tables=tuple(LockedTable(**r.fields(t, f"inputs.tables[{i}]", ("file", "sha256", "installs_as")))
-                             for i, t in enumerate(r.sequence(r.get(inputs, "inputs", "tables"), "inputs.tables"))),
-                template=LockedFile(**r.fields(r.get(inputs, "inputs", "template"), "inputs.template",
-                                               ("file", "sha256"))),
-                smoke=LockedDigest(**r.fields(r.get(inputs, "inputs", "smoke"), "inputs.smoke", ("sha256",))),
-                output=LockedOutput(repository=r.string(output, "inputs.output", "repository"),
-                                    aliases=tuple(r.text(a, f"inputs.output.aliases[{i}]") for i, a in enumerate(
-                                        r.sequence(r.get(output, "inputs.output", "aliases"), "inputs.output.aliases")))),
+                series=LockedFile(
+                    **r.fields(
+                        r.get(inputs, "inputs", "series"), "inputs.series", ("file", "sha256")
+                    )
+                ),
+                patches=tuple(
+                    LockedPatch(
+                        **r.fields(p, f"inputs.patches[{i}]", ("file", "sha256", "upstream"))
+                    )
+                    for i, p in enumerate(
+                        r.sequence(r.get(inputs, "inputs", "patches"), "inputs.patches")
+                    )
+                ),
+                tables=tuple(
+                    LockedTable(
+                        **r.fields(t, f"inputs.tables[{i}]", ("file", "sha256", "installs_as"))
+                    )
+                    for i, t in enumerate(
+                        r.sequence(r.get(inputs, "inputs", "tables"), "inputs.tables")
+                    )
+                ),
+                template=LockedFile(
+                    **r.fields(
+                        r.get(inputs, "inputs", "template"), "inputs.template", ("file", "sha256")
+                    )
+                ),
+                smoke=LockedDigest(
+                    **r.fields(r.get(inputs, "inputs", "smoke"), "inputs.smoke", ("sha256",))
+                ),
+                output=LockedOutput(
+                    repository=r.string(output, "inputs.output", "repository"),
+                    aliases=tuple(
+                        r.text(a, f"inputs.output.aliases[{i}]")
+                        for i, a in enumerate(
+                            r.sequence(
+                                r.get(output, "inputs.output", "aliases"), "inputs.output.aliases"
+                            )
+                        )
+                    ),
+                ),
                 labels=_frozen(r.string_map(r.get(inputs, "inputs", "labels"), "inputs.labels")),
                 env=_frozen(r.string_map(r.get(inputs, "inputs", "env"), "inputs.env")),
             ),
@@ -260,7 +324,10 @@ class _DocReader:
         return {name: self.string(mapping, key, name) for name in names}
 
     def string_map(self, value: Any, key: str) -> dict[str, str]:
-        return {self.text(k, key): self.text(v, f"{key}.{k}") for k, v in self.mapping(value, key).items()}
+        return {
+            self.text(k, key): self.text(v, f"{key}.{k}")
+            for k, v in self.mapping(value, key).items()
+        }
 
     def fingerprint(self, value: Any, key: str) -> Fingerprint | None:
         if value == ABSENT:
@@ -274,16 +341,26 @@ def lock_inputs(inputs: Inputs) -> Lock:
     target = inputs.target
     return Lock(
         target=target.name,
-        base=LockedBase(image=target.base.image, digest=target.base.digest, platform=target.base.platform),
-        vllm=LockedVllm(root=str(target.vllm_root), version=target.vllm_version, revision=target.vllm_revision),
+        base=LockedBase(
+            image=target.base.image, digest=target.base.digest, platform=target.base.platform
+        ),
+        vllm=LockedVllm(
+            root=str(target.vllm_root), version=target.vllm_version, revision=target.vllm_revision
+        ),
         builder=LockedBuilder(version=builder.__version__, sha256=inputs.builder_sha256),
         inputs=LockedInputs(
             series=LockedFile(file=inputs.rel(target.series), sha256=inputs.series_sha256),
-            patches=tuple(LockedPatch(file=inputs.rel(p.path), sha256=p.sha256, upstream=p.upstream)
-                          for p in inputs.patches),
-            tables=tuple(LockedTable(file=inputs.rel(t.source), sha256=t.sha256, installs_as=t.installs_as)
-                         for t in inputs.tables),
-            template=LockedFile(file=f"dockerfiles/{DELTA_TEMPLATE}", sha256=inputs.template_sha256),
+            patches=tuple(
+                LockedPatch(file=inputs.rel(p.path), sha256=p.sha256, upstream=p.upstream)
+                for p in inputs.patches
+            ),
+            tables=tuple(
+                LockedTable(file=inputs.rel(t.source), sha256=t.sha256, installs_as=t.installs_as)
+                for t in inputs.tables
+            ),
+            template=LockedFile(
+                file=f"dockerfiles/{DELTA_TEMPLATE}", sha256=inputs.template_sha256
+            ),
             smoke=LockedDigest(sha256=inputs.smoke_sha256),
             output=LockedOutput(repository=target.repository, aliases=tuple(target.aliases)),
             labels=_frozen(dict(sorted(target.labels.items()))),
@@ -294,7 +371,9 @@ def lock_inputs(inputs: Inputs) -> Lock:
 
 def compute_lock(inputs: Inputs, base: ResolvedBase, tree: PatchedTree) -> Lock:
     section = lock_inputs(inputs)
-    resolved = replace(section.base, manifest=base.manifest_digest, config=base.config_digest, created=base.created)
+    resolved = replace(
+        section.base, manifest=base.manifest_digest, config=base.config_digest, created=base.created
+    )
     files = {rel: FileChange(pre=tree.pre[rel], post=tree.post[rel]) for rel in sorted(tree.pre)}
     return replace(section, base=resolved, files=_frozen(files))
 
@@ -344,7 +423,9 @@ def read_lock_document(path: Path) -> dict:
     try:
         doc = yaml.safe_load(path.read_text())
     except FileNotFoundError:
-        raise LockError(f"{path}: no lock; run `python -m builder lock --target <name>` first") from None
+        raise LockError(
+            f"{path}: no lock; run `python -m builder lock --target <name>` first"
+        ) from None
     except OSError as exc:
         raise LockError(f"{path}: cannot read the lock: {exc.strerror}") from None
     except UnicodeDecodeError:
@@ -352,7 +433,9 @@ def read_lock_document(path: Path) -> dict:
     except yaml.YAMLError as exc:
         raise LockError(f"{path}: not valid YAML ({getattr(exc, 'problem', exc)})") from None
     if not isinstance(doc, dict) or doc.get("schema") != LOCK_SCHEMA:
-        raise LockError(f"{path}: schema: expected {LOCK_SCHEMA}, got {doc.get('schema') if isinstance(doc, dict) else doc!r}")
+        raise LockError(
+            f"{path}: schema: expected {LOCK_SCHEMA}, got {doc.get('schema') if isinstance(doc, dict) else doc!r}"
+        )
     return doc
 
 
@@ -360,8 +443,11 @@ def read_lock_document(path: Path) -> dict:
 def _flatten(doc, prefix: str = "", typed: bool = False) -> list[str]:
     if isinstance(doc, dict) and doc:
         # Key order is layout, not content (the content tag sorts keys too): compare sorted.
-        return [line for k, v in sorted(doc.items(), key=lambda kv: str(kv[0]))
-                for line in _flatten(v, f"{prefix}.{k}" if prefix else str(k), typed)]
+        return [
+            line
+            for k, v in sorted(doc.items(), key=lambda kv: str(kv[0]))
+            for line in _flatten(v, f"{prefix}.{k}" if prefix else str(k), typed)
+        ]
     if isinstance(doc, list) and doc:
         return [line for i, v in enumerate(doc) for line in _flatten(v, f"{prefix}[{i}]", typed)]
     # Empty containers show as {} / []; `typed` tells 1 from "1" and None from "None".
@@ -378,13 +464,20 @@ def lock_diff(locked: Lock | Mapping, current: Lock | Mapping) -> list[str]:
     lines = _flatten(old), _flatten(new)
     if lines[0] == lines[1] and old != new:
         lines = _flatten(old, typed=True), _flatten(new, typed=True)
-    return [line for line in difflib.unified_diff(*lines, "lock", "working tree", lineterm="", n=0)
-            if not line.startswith("@@")]
+    return [
+        line
+        for line in difflib.unified_diff(*lines, "lock", "working tree", lineterm="", n=0)
+        if not line.startswith("@@")
+    ]
 
 
-def require_match(path: Path, locked: Lock | Mapping, current: Lock | Mapping, what: str = "inputs") -> None:
+def require_match(
+    path: Path, locked: Lock | Mapping, current: Lock | Mapping, what: str = "inputs"
+) -> None:
     diff = lock_diff(locked, current)
     if diff:
-        raise LockError(f"{path}: {what} drifted from the lock ({len({l[1:].split(': ', 1)[0] for l in diff[2:]})} "
-                        f"changed); review the diff below and run `python -m builder lock` to accept it",
-                        details=diff)
+        raise LockError(
+            f"{path}: {what} drifted from the lock ({len({l[1:].split(': ', 1)[0] for l in diff[2:]})} "
+            f"changed); review the diff below and run `python -m builder lock` to accept it",
+            details=diff,
+        )

@@ -5,7 +5,8 @@ from __future__ import annotations
 import contextlib
 import sys
 import time
-from typing import Iterator, TextIO
+from collections.abc import Iterator
+from typing import TextIO
 
 
 class StepLog:

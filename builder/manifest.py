@@ -8,8 +8,8 @@ is the suite's own ``m3_smoke.manifest`` (shipped in the image; it never produce
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Iterable, Mapping
 
 from builder.hashing import Fingerprint, sha256_file
 from builder.inputs import CONFIGS_DIR
@@ -19,21 +19,35 @@ DEVICE_NAME = "AMD_Instinct_MI300X"
 _TABLE_RE = re.compile(r"^E=(\d+),N=(\d+),")
 
 
-def image_manifest(*, target: str, vllm_root: str, patched_files: Mapping[str, Fingerprint | None],
-                   tables: Iterable[tuple[str, str]], golden: str | None,
-                   device_name: str = DEVICE_NAME) -> dict:
+def image_manifest(
+    *,
+    target: str,
+    vllm_root: str,
+    patched_files: Mapping[str, Fingerprint | None],
+    tables: Iterable[tuple[str, str]],
+    golden: str | None,
+    device_name: str = DEVICE_NAME,
+) -> dict:
     """The manifest document. ``patched_files``: path under the vLLM root -> post-image (None:
     not in the image, left out); ``tables``: (file name, sha256) as installed in the configs folder."""
     table_docs = []
     for name, sha256 in tables:
         m = _TABLE_RE.match(name)
-        table_docs.append({"file": name, "sha256": sha256,
-                           "E": int(m.group(1)) if m else None, "N": int(m.group(2)) if m else None})
+        table_docs.append(
+            {
+                "file": name,
+                "sha256": sha256,
+                "E": int(m.group(1)) if m else None,
+                "N": int(m.group(2)) if m else None,
+            }
+        )
     return {
         "schema": SCHEMA,
         "target": target,
         "vllm_root": str(vllm_root),
-        "patched_files": {rel: fp.as_dict() for rel, fp in sorted(patched_files.items()) if fp is not None},
+        "patched_files": {
+            rel: fp.as_dict() for rel, fp in sorted(patched_files.items()) if fp is not None
+        },
         "tables": table_docs,
         "device_name": device_name,
         "golden": golden,
@@ -41,14 +55,23 @@ def image_manifest(*, target: str, vllm_root: str, patched_files: Mapping[str, F
     }
 
 
-def tree_manifest(vllm_dir: Path, patched: Iterable[str], table_names: Iterable[str], golden: str | Path, *,
-                  vllm_root: str | None = None, target: str = "host") -> dict:
+def tree_manifest(
+    vllm_dir: Path,
+    patched: Iterable[str],
+    table_names: Iterable[str],
+    golden: str | Path,
+    *,
+    vllm_root: str | None = None,
+    target: str = "host",
+) -> dict:
     """The manifest for a vLLM tree on this host (``vllm_dir``), as the builder would write it:
     ``patched`` relative to ``vllm_dir``, tables by file name in its configs folder. ``vllm_root``
     is the path the suite will see (default: ``vllm_dir`` itself)."""
     vllm_dir = Path(vllm_dir)
     return image_manifest(
-        target=target, vllm_root=str(vllm_root or vllm_dir),
+        target=target,
+        vllm_root=str(vllm_root or vllm_dir),
         patched_files={rel: Fingerprint.of((vllm_dir / rel).read_bytes()) for rel in patched},
         tables=[(name, sha256_file(vllm_dir / CONFIGS_DIR / name)) for name in table_names],
-        golden=str(golden))
+        golden=str(golden),
+    )

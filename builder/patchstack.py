@@ -24,7 +24,7 @@ from pathlib import Path, PurePosixPath
 from builder.errors import PatchError
 from builder.hashing import sha256_file
 
-PATCH_ROOT = "vllm"      # every path a patch touches lies under vllm/ (-p1 at its parent)
+PATCH_ROOT = "vllm"  # every path a patch touches lies under vllm/ (-p1 at its parent)
 _HEADER_RE = re.compile(r"^(?:---|\+\+\+) (\S+)")
 # git's own header names both sides; GNU patch acts on it alone for header-only entries
 # (empty new files, mode changes, renames), so its paths are checked and tracked too.
@@ -38,8 +38,8 @@ _PATCHING_RE = re.compile(r"^(?:checking|patching) file '?([^']+?)'?$")
 class Patch:
     path: Path
     sha256: str
-    files: tuple[str, ...]          # paths relative to the parent of vllm/, e.g. vllm/model_executor/...
-    upstream: str                   # the upstream change it stands in for ("vLLM #45726")
+    files: tuple[str, ...]  # paths relative to the parent of vllm/, e.g. vllm/model_executor/...
+    upstream: str  # the upstream change it stands in for ("vLLM #45726")
     description: str
 
     @property
@@ -50,15 +50,17 @@ class Patch:
 @dataclass(frozen=True)
 class Outcome:
     patch: Patch
-    result: str                     # "applied" | "already-applied"
-    detail: str                     # GNU patch's report (offsets are worth seeing)
+    result: str  # "applied" | "already-applied"
+    detail: str  # GNU patch's report (offsets are worth seeing)
 
 
 def load_series(series_file: Path) -> list[Patch]:
     """Parse a quilt ``series`` file and each patch it lists; refuses unsafe or malformed patches."""
     series_file = Path(series_file)
-    patches = [_load_patch((series_file.parent / name).resolve(), f"{series_file}:{lineno}")
-               for lineno, name in _series_entries(series_file)]
+    patches = [
+        _load_patch((series_file.parent / name).resolve(), f"{series_file}:{lineno}")
+        for lineno, name in _series_entries(series_file)
+    ]
     if not patches:
         raise PatchError(f"{series_file}: the series lists no patches")
     return patches
@@ -83,9 +85,13 @@ def _series_entries(series_file: Path) -> list[tuple[int, str]]:
             continue
         name, *opts = line.split()
         if opts not in ([], ["-p1"]):
-            raise PatchError(f"{series_file}:{lineno}: {name}: only -p1 patches are supported, got {' '.join(opts)!r}")
+            raise PatchError(
+                f"{series_file}:{lineno}: {name}: only -p1 patches are supported, got {' '.join(opts)!r}"
+            )
         if "/" in name or name in (".", ".."):
-            raise PatchError(f"{series_file}:{lineno}: {name!r}: patches must sit beside the series file")
+            raise PatchError(
+                f"{series_file}:{lineno}: {name!r}: patches must sit beside the series file"
+            )
         if name in seen:
             raise PatchError(f"{series_file}:{lineno}: {name} is listed twice")
         seen.add(name)
@@ -101,7 +107,7 @@ def _load_patch(path: Path, where: str) -> Patch:
     files: list[str] = []
     header: list[str] = []
     in_header = True
-    old_left = new_left = 0          # lines still to come in the current hunk
+    old_left = new_left = 0  # lines still to come in the current hunk
     for lineno, line in enumerate(text.splitlines(), 1):
         if old_left > 0 or new_left > 0:
             # inside a hunk: "--- x" here is a removed line "-- x", not a file header
@@ -133,11 +139,20 @@ def _load_patch(path: Path, where: str) -> Patch:
         files.append(_checked_path(m.group(1), path, lineno))
     if not files:
         raise PatchError(f"{path}: not a unified diff (no ---/+++ file headers)")
-    upstream = next((h.split(":", 1)[1].strip() for h in header if h.lower().startswith("upstream:")), "")
+    upstream = next(
+        (h.split(":", 1)[1].strip() for h in header if h.lower().startswith("upstream:")), ""
+    )
     subject = [h.split(":", 1)[1].strip() for h in header if h.lower().startswith("subject:")]
-    description = subject[0] if subject else next((h.strip() for h in header if h.strip()), path.stem)
-    return Patch(path=path, sha256=sha256_file(path), files=tuple(dict.fromkeys(files)),
-                 upstream=upstream, description=description)
+    description = (
+        subject[0] if subject else next((h.strip() for h in header if h.strip()), path.stem)
+    )
+    return Patch(
+        path=path,
+        sha256=sha256_file(path),
+        files=tuple(dict.fromkeys(files)),
+        upstream=upstream,
+        description=description,
+    )
 
 
 def _checked_path(raw: str, patch: Path, lineno: int) -> str:
@@ -149,7 +164,9 @@ def _checked_path(raw: str, patch: Path, lineno: int) -> str:
         raise PatchError(f"{patch}:{lineno}: {raw!r} leaves the vLLM tree ('..')")
     stripped = PurePosixPath(*parts[1:]) if len(parts) > 1 else PurePosixPath("")
     if not stripped.parts or stripped.parts[0] != PATCH_ROOT or len(stripped.parts) < 2:
-        raise PatchError(f"{patch}:{lineno}: {raw!r} is outside the vLLM tree (expected a/{PATCH_ROOT}/...)")
+        raise PatchError(
+            f"{patch}:{lineno}: {raw!r} is outside the vLLM tree (expected a/{PATCH_ROOT}/...)"
+        )
     return stripped.as_posix()
 
 
@@ -184,10 +201,14 @@ def _conflict(patch: Patch, forward: subprocess.CompletedProcess) -> PatchError:
             continue
         m = _HUNK_FAILED_RE.match(line.strip())
         if m:
-            return PatchError(f"{patch.name}: {current}: hunk #{m.group(1)} does not apply at line {m.group(2)} "
-                              "(zero fuzz; neither applicable nor already applied); nothing was changed")
+            return PatchError(
+                f"{patch.name}: {current}: hunk #{m.group(1)} does not apply at line {m.group(2)} "
+                "(zero fuzz; neither applicable nor already applied); nothing was changed"
+            )
     reason = " ".join((forward.stdout + forward.stderr).split())[:300]
-    return PatchError(f"{patch.name}: neither applicable nor already applied; nothing was changed ({reason})")
+    return PatchError(
+        f"{patch.name}: neither applicable nor already applied; nothing was changed ({reason})"
+    )
 
 
 def apply_stack(patches: list[Patch], parent: Path) -> list[Outcome]:
@@ -242,6 +263,10 @@ def _compile_all(work: Path, files: list[str]) -> None:
             path = work / rel
             if path.suffix == ".py" and path.exists():
                 try:
-                    py_compile.compile(str(path), cfile=os.path.join(scratch, "x.pyc"), doraise=True)
+                    py_compile.compile(
+                        str(path), cfile=os.path.join(scratch, "x.pyc"), doraise=True
+                    )
                 except py_compile.PyCompileError as exc:
-                    raise PatchError(f"{rel}: does not compile after patching: {exc.msg.strip().splitlines()[-1]}") from None
+                    raise PatchError(
+                        f"{rel}: does not compile after patching: {exc.msg.strip().splitlines()[-1]}"
+                    ) from None

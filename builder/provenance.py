@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Mapping
+from collections.abc import Mapping
 
 from builder.lock import Lock, content_digest, content_tag
 
@@ -26,10 +26,13 @@ def image_labels(lock: Lock, extra: Mapping[str, str]) -> dict[str, str]:
         f"{NS}.vllm.version": lock.vllm.version,
         f"{NS}.vllm.root": lock.vllm.root,
         f"{NS}.base.config": lock.base.config,
-        f"{NS}.patches": json.dumps([{"file": p.name, "sha256": p.sha256,
-                                      "upstream": p.upstream} for p in inputs.patches], separators=(",", ":")),
-        f"{NS}.tables": json.dumps([{"file": t.name, "sha256": t.sha256}
-                                    for t in inputs.tables], separators=(",", ":")),
+        f"{NS}.patches": json.dumps(
+            [{"file": p.name, "sha256": p.sha256, "upstream": p.upstream} for p in inputs.patches],
+            separators=(",", ":"),
+        ),
+        f"{NS}.tables": json.dumps(
+            [{"file": t.name, "sha256": t.sha256} for t in inputs.tables], separators=(",", ":")
+        ),
         f"{NS}.upstream-prs": ", ".join(upstream),
     }
     return {**labels, **extra}

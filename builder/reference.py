@@ -20,8 +20,8 @@ REFERENCE_RE = re.compile(
 
 @dataclass(frozen=True)
 class Reference:
-    registry: str       # host[:port] the API lives on
-    repository: str     # path inside the registry
+    registry: str  # host[:port] the API lives on
+    repository: str  # path inside the registry
     tag: str | None
     digest: str | None
 
@@ -35,7 +35,9 @@ def parse_reference(ref: str) -> Reference:
     """Split a reference the way docker does (``ubuntu`` is ``docker.io/library/ubuntu``)."""
     match = REFERENCE_RE.match(ref)
     if match is None:
-        raise RegistryError(f"{ref!r}: not an image reference (expected [registry/]repository[:tag][@sha256:<64 hex>])")
+        raise RegistryError(
+            f"{ref!r}: not an image reference (expected [registry/]repository[:tag][@sha256:<64 hex>])"
+        )
     name, tag, digest = match.group("name", "tag", "digest")
     first, _, rest = name.partition("/")
     if rest and ("." in first or ":" in first or first == "localhost"):

@@ -26,10 +26,10 @@ ABSENT = "absent"
 
 @dataclass(frozen=True)
 class BaseImage:
-    image: str          # name[:tag], as written (what humans track)
-    digest: str         # sha256:... manifest (or index) digest the build is pinned to
-    platform: str       # os/arch picked out of an index
-    digest_file: Path | None = None     # where the pin came from, when not inline
+    image: str  # name[:tag], as written (what humans track)
+    digest: str  # sha256:... manifest (or index) digest the build is pinned to
+    platform: str  # os/arch picked out of an index
+    digest_file: Path | None = None  # where the pin came from, when not inline
 
     @property
     def name(self) -> str:
@@ -45,8 +45,8 @@ class BaseImage:
 
 @dataclass(frozen=True)
 class Table:
-    source: Path        # file under tuning/
-    name: str           # basename vLLM looks up
+    source: Path  # file under tuning/
+    name: str  # basename vLLM looks up
 
 
 @dataclass(frozen=True)
@@ -60,7 +60,7 @@ class Target:
     vllm_version: str
     vllm_revision: str
     series: Path
-    expect: dict[str, str]          # relpath under vllm_root -> git blob prefix or "absent"
+    expect: dict[str, str]  # relpath under vllm_root -> git blob prefix or "absent"
     tables: tuple[Table, ...]
     repository: str
     aliases: tuple[str, ...]
@@ -77,14 +77,16 @@ class Target:
 class Spec:
     file: Path
     default_target: str
-    targets: dict[str, "Target | UnpinnedTarget"]
+    targets: dict[str, Target | UnpinnedTarget]
     # Each target's document after ``extends`` is resolved (what _load_target validated).
     resolved: dict[str, dict] = field(default_factory=dict, compare=False, repr=False)
 
     def target(self, name: str | None) -> Target:
         name = name or self.default_target
         if name not in self.targets:
-            raise SpecError(f"{self.file}: targets: no target {name!r} (have: {', '.join(sorted(self.targets))})")
+            raise SpecError(
+                f"{self.file}: targets: no target {name!r} (have: {', '.join(sorted(self.targets))})"
+            )
         target = self.targets[name]
         if isinstance(target, UnpinnedTarget):
             raise SpecError(target.reason)
@@ -94,6 +96,7 @@ class Spec:
 @dataclass(frozen=True)
 class UnpinnedTarget:
     """A target whose base is a mutable tag with no digest yet: only ``builder pin`` may use it."""
+
     name: str
     image: str
     digest_file: Path
@@ -115,11 +118,15 @@ class _Reader:
     def where(self, key: str) -> str:
         best = ""
         for path in self.origins:
-            if (key == path or key.startswith(path + ".") or key.startswith(path + "[")) and len(path) > len(best):
+            if (key == path or key.startswith(path + ".") or key.startswith(path + "[")) and len(
+                path
+            ) > len(best):
                 best = path
         if not best:
             return key
-        return self.origins[best] + key[len(best):] + (f" (used by {self.user})" if self.user else "")
+        return (
+            self.origins[best] + key[len(best) :] + (f" (used by {self.user})" if self.user else "")
+        )
 
     def fail(self, key: str, message: str) -> SpecError:
         return SpecError(f"{self.file}: {self.where(key)}: {message}")
@@ -129,14 +136,18 @@ class _Reader:
             raise self.fail(key, f"expected a mapping, got {type(value).__name__} {value!r}")
         for k in value:
             if k not in allowed:
-                raise self.fail(f"{key}.{k}" if key else str(k),
-                                f"unknown key (allowed: {', '.join(sorted(allowed))})")
+                raise self.fail(
+                    f"{key}.{k}" if key else str(k),
+                    f"unknown key (allowed: {', '.join(sorted(allowed))})",
+                )
         for k in sorted(required):
             if k not in value:
                 raise self.fail(f"{key}.{k}" if key else k, "required key is missing")
         return value
 
-    def string(self, value: Any, key: str, pattern: re.Pattern | None = None, what: str = "") -> str:
+    def string(
+        self, value: Any, key: str, pattern: re.Pattern | None = None, what: str = ""
+    ) -> str:
         if not isinstance(value, str) or not value:
             raise self.fail(key, f"expected a non-empty string, got {value!r}")
         if any(ord(c) < 0x20 or ord(c) == 0x7F for c in value):
@@ -147,7 +158,7 @@ class _Reader:
 
     def existing_file(self, value: Any, key: str, root: Path) -> Path:
         rel = self.string(value, key)
-        path = (root / rel)
+        path = root / rel
         if PurePosixPath(rel).is_absolute() or ".." in PurePosixPath(rel).parts:
             raise self.fail(key, f"{rel!r} must be a relative path inside {root}")
         if not path.is_file():
@@ -168,11 +179,17 @@ def load_spec(file: Path) -> Spec:
         where = f"line {mark.line + 1}" if mark else "?"
         raise SpecError(f"{file}: {where}: invalid YAML: {getattr(exc, 'problem', exc)}") from None
     r = _Reader(file)
-    doc = r.mapping(doc, "", {"schema", "default_target", "definitions", "targets"},
-                    {"schema", "default_target", "targets"})
-    if type(doc["schema"]) is not int or doc["schema"] != 1:      # not True, 1.0 or "1"
+    doc = r.mapping(
+        doc,
+        "",
+        {"schema", "default_target", "definitions", "targets"},
+        {"schema", "default_target", "targets"},
+    )
+    if type(doc["schema"]) is not int or doc["schema"] != 1:  # not True, 1.0 or "1"
         raise r.fail("schema", f"unsupported schema {doc['schema']!r} (this builder reads 1)")
-    definitions = r.mapping(doc.get("definitions", {}), "definitions", set(doc.get("definitions") or {}), set())
+    definitions = r.mapping(
+        doc.get("definitions", {}), "definitions", set(doc.get("definitions") or {}), set()
+    )
     for name, value in definitions.items():
         r.string(name, f"definitions.{name}", NAME_RE, "definition name")
         r.mapping(value, f"definitions.{name}", _TARGET_KEYS | {"extends"}, set())
@@ -189,14 +206,19 @@ def load_spec(file: Path) -> Spec:
         targets[name] = _load_target(reader, name, resolved[name])
     default = r.string(doc["default_target"], "default_target")
     if default not in targets:
-        raise r.fail("default_target", f"{default!r} is not one of the targets ({', '.join(sorted(targets))})")
+        raise r.fail(
+            "default_target",
+            f"{default!r} is not one of the targets ({', '.join(sorted(targets))})",
+        )
     return Spec(file=file, default_target=default, targets=targets, resolved=resolved)
 
 
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 
 
-def _resolve(r: _Reader, key: str, doc: dict, definitions: dict, chain: list[str]) -> tuple[dict, dict[str, str]]:
+def _resolve(
+    r: _Reader, key: str, doc: dict, definitions: dict, chain: list[str]
+) -> tuple[dict, dict[str, str]]:
     """``doc`` with the definition it ``extends`` (and that one's, ...) merged in.
 
     A target or definition may add keys, also inside a mapping the definition sets, but never
@@ -212,9 +234,11 @@ def _resolve(r: _Reader, key: str, doc: dict, definitions: dict, chain: list[str
         have = ", ".join(sorted(definitions)) or "none"
         raise r.fail(f"{key}.extends", f"unknown definition {parent!r} (definitions: {have})")
     if parent in chain:
-        cycle = " -> ".join([*chain[chain.index(parent):], parent])
+        cycle = " -> ".join([*chain[chain.index(parent) :], parent])
         raise r.fail(f"{key}.extends", f"definitions extend each other in a cycle: {cycle}")
-    base, origins = _resolve(r, f"definitions.{parent}", definitions[parent], definitions, [*chain, parent])
+    base, origins = _resolve(
+        r, f"definitions.{parent}", definitions[parent], definitions, [*chain, parent]
+    )
     for path in _paths(base):
         origins.setdefault(path, f"definitions.{parent}.{path}")
     merged = _merge(r, key, base, own, origins)
@@ -241,7 +265,9 @@ def _ancestors(path: str) -> list[str]:
     return [".".join(parts[:i]) for i in range(1, len(parts))]
 
 
-def _merge(r: _Reader, key: str, base: dict, own: dict, origins: dict[str, str], path: str = "") -> dict:
+def _merge(
+    r: _Reader, key: str, base: dict, own: dict, origins: dict[str, str], path: str = ""
+) -> dict:
     merged = dict(base)
     for k, v in own.items():
         sub = f"{path}.{k}" if path else str(k)
@@ -250,39 +276,63 @@ def _merge(r: _Reader, key: str, base: dict, own: dict, origins: dict[str, str],
         elif isinstance(base[k], dict) and isinstance(v, dict):
             merged[k] = _merge(r, key, base[k], v, origins, sub)
         else:
-            raise SpecError(f"{r.file}: {key}.{sub}: also set by {origins.get(sub, sub)}; a key its "
-                            f"definition sets may not be set again (set it in one place)")
+            raise SpecError(
+                f"{r.file}: {key}.{sub}: also set by {origins.get(sub, sub)}; a key its "
+                f"definition sets may not be set again (set it in one place)"
+            )
     return merged
 
 
-_TARGET_KEYS = {"description", "base", "vllm", "series", "expect", "tables", "output", "labels", "env", "lock"}
+_TARGET_KEYS = {
+    "description",
+    "base",
+    "vllm",
+    "series",
+    "expect",
+    "tables",
+    "output",
+    "labels",
+    "env",
+    "lock",
+}
 
 
 def _read_pin(r: _Reader, key: str, pin: Path) -> str:
     try:
         digest = pin.read_bytes().decode("ascii").strip()
     except (OSError, UnicodeDecodeError) as exc:
-        raise r.fail(key, f"{pin}: cannot read the pin as ASCII text "
-                          f"({getattr(exc, 'strerror', None) or type(exc).__name__}); "
-                          "it is not a sha256 digest (expected sha256:<64 hex>)") from None
+        raise r.fail(
+            key,
+            f"{pin}: cannot read the pin as ASCII text "
+            f"({getattr(exc, 'strerror', None) or type(exc).__name__}); "
+            "it is not a sha256 digest (expected sha256:<64 hex>)",
+        ) from None
     if not DIGEST_RE.match(digest):
         raise r.fail(key, f"{pin}: {digest!r} is not a sha256 digest (expected sha256:<64 hex>)")
     return digest
 
 
-def _load_target(r: _Reader, name: str, doc: Any) -> "Target | UnpinnedTarget":
+def _load_target(r: _Reader, name: str, doc: Any) -> Target | UnpinnedTarget:
     key = f"targets.{name}"
     r.string(name, key, NAME_RE, "target name")
     root = r.file.parent
     doc = r.mapping(doc, key, _TARGET_KEYS, _TARGET_KEYS - {"description", "labels", "env"})
 
-    base_doc = r.mapping(doc["base"], f"{key}.base", {"image", "digest", "digest_file", "platform"}, {"image"})
+    base_doc = r.mapping(
+        doc["base"], f"{key}.base", {"image", "digest", "digest_file", "platform"}, {"image"}
+    )
     image = r.string(base_doc["image"], f"{key}.base.image", REFERENCE_RE, "image reference")
     ref_digest = REFERENCE_RE.match(image).group("digest")
     if ref_digest:
-        raise r.fail(f"{key}.base.image", f"{image!r}: give the digest in base.digest, not in the reference")
-    platform = r.string(base_doc.get("platform", "linux/amd64"), f"{key}.base.platform",
-                        re.compile(r"^[a-z0-9]+/[a-z0-9_]+$"), "platform (os/arch)")
+        raise r.fail(
+            f"{key}.base.image", f"{image!r}: give the digest in base.digest, not in the reference"
+        )
+    platform = r.string(
+        base_doc.get("platform", "linux/amd64"),
+        f"{key}.base.platform",
+        re.compile(r"^[a-z0-9]+/[a-z0-9_]+$"),
+        "platform (os/arch)",
+    )
     if "digest" in base_doc and "digest_file" in base_doc:
         raise r.fail(f"{key}.base", "give either digest or digest_file, not both")
     pin = None
@@ -292,25 +342,42 @@ def _load_target(r: _Reader, name: str, doc: Any) -> "Target | UnpinnedTarget":
     elif "digest_file" in base_doc:
         rel = r.string(base_doc["digest_file"], f"{key}.base.digest_file")
         if PurePosixPath(rel).is_absolute() or ".." in PurePosixPath(rel).parts:
-            raise r.fail(f"{key}.base.digest_file", f"{rel!r} must be a relative path inside {root}")
+            raise r.fail(
+                f"{key}.base.digest_file", f"{rel!r} must be a relative path inside {root}"
+            )
         pin = root / rel
         if pin.is_file():
             digest = _read_pin(r, f"{key}.base.digest_file", pin)
         else:
             # Still validate the rest: an unpinned target is never half-valid either.
             unpinned = UnpinnedTarget(
-                name=name, image=image, digest_file=pin,
-                reason=(f"{r.file}: {key}.base.image: {image!r} is a mutable tag and its pin {rel} does not exist; "
-                        f"run `python -m builder pin {name}` where the registry is reachable"))
+                name=name,
+                image=image,
+                digest_file=pin,
+                reason=(
+                    f"{r.file}: {key}.base.image: {image!r} is a mutable tag and its pin {rel} does not exist; "
+                    f"run `python -m builder pin {name}` where the registry is reachable"
+                ),
+            )
             digest = ""
     else:
-        raise r.fail(f"{key}.base.image", f"{image!r} is a mutable tag: pin it with base.digest or base.digest_file")
+        raise r.fail(
+            f"{key}.base.image",
+            f"{image!r} is a mutable tag: pin it with base.digest or base.digest_file",
+        )
     base = BaseImage(image=image, digest=digest, platform=platform, digest_file=pin)
 
-    vllm = r.mapping(doc["vllm"], f"{key}.vllm", {"root", "python", "version", "revision"}, {"root", "python", "version"})
+    vllm = r.mapping(
+        doc["vllm"],
+        f"{key}.vllm",
+        {"root", "python", "version", "revision"},
+        {"root", "python", "version"},
+    )
     vllm_root = PurePosixPath(r.string(vllm["root"], f"{key}.vllm.root"))
     if not vllm_root.is_absolute() or ".." in vllm_root.parts or vllm_root.name != "vllm":
-        raise r.fail(f"{key}.vllm.root", f"{str(vllm_root)!r} must be an absolute path ending in /vllm")
+        raise r.fail(
+            f"{key}.vllm.root", f"{str(vllm_root)!r} must be an absolute path ending in /vllm"
+        )
     python = r.string(vllm["python"], f"{key}.vllm.python")
     version = r.string(str(vllm["version"]), f"{key}.vllm.version")
     revision = r.string(vllm.get("revision", "unknown"), f"{key}.vllm.revision")
@@ -338,31 +405,60 @@ def _load_target(r: _Reader, name: str, doc: Any) -> "Target | UnpinnedTarget":
     names = [t.name for t in tables]
     for i, table_name in enumerate(names):
         if table_name in names[:i]:
-            raise r.fail(f"{key}.tables", f"two tables install under the same name {table_name!r} "
-                                          f"(tables[{names.index(table_name)}] and tables[{i}])")
+            raise r.fail(
+                f"{key}.tables",
+                f"two tables install under the same name {table_name!r} "
+                f"(tables[{names.index(table_name)}] and tables[{i}])",
+            )
 
     output = r.mapping(doc["output"], f"{key}.output", {"repository", "aliases"}, {"repository"})
-    repository = r.string(output["repository"], f"{key}.output.repository", REFERENCE_RE, "repository")
+    repository = r.string(
+        output["repository"], f"{key}.output.repository", REFERENCE_RE, "repository"
+    )
     if REFERENCE_RE.match(repository).group("tag") or "@" in repository:
-        raise r.fail(f"{key}.output.repository", f"{repository!r}: give a repository without tag or digest")
+        raise r.fail(
+            f"{key}.output.repository", f"{repository!r}: give a repository without tag or digest"
+        )
     aliases_doc = output.get("aliases", [])
     if not isinstance(aliases_doc, list):
         raise r.fail(f"{key}.output.aliases", f"expected a list, got {aliases_doc!r}")
-    aliases = tuple(r.string(a, f"{key}.output.aliases[{i}]", TAG_RE, "tag") for i, a in enumerate(aliases_doc))
+    aliases = tuple(
+        r.string(a, f"{key}.output.aliases[{i}]", TAG_RE, "tag") for i, a in enumerate(aliases_doc)
+    )
 
     labels = {}
-    for k, v in (r.mapping(doc.get("labels", {}), f"{key}.labels", set(doc.get("labels") or {}), set())).items():
-        labels[r.string(k, f"{key}.labels", LABEL_KEY_RE, "label key")] = r.string(str(v), f"{key}.labels.{k}")
+    for k, v in (
+        r.mapping(doc.get("labels", {}), f"{key}.labels", set(doc.get("labels") or {}), set())
+    ).items():
+        labels[r.string(k, f"{key}.labels", LABEL_KEY_RE, "label key")] = r.string(
+            str(v), f"{key}.labels.{k}"
+        )
     env = {}
-    for k, v in (r.mapping(doc.get("env", {}), f"{key}.env", set(doc.get("env") or {}), set())).items():
-        env[r.string(k, f"{key}.env", ENV_KEY_RE, "environment variable name")] = r.string(str(v), f"{key}.env.{k}")
+    for k, v in (
+        r.mapping(doc.get("env", {}), f"{key}.env", set(doc.get("env") or {}), set())
+    ).items():
+        env[r.string(k, f"{key}.env", ENV_KEY_RE, "environment variable name")] = r.string(
+            str(v), f"{key}.env.{k}"
+        )
 
     lock = r.string(doc["lock"], f"{key}.lock")
     if unpinned is not None:
         return unpinned
     return Target(
-        name=name, spec_file=r.file, description=str(doc.get("description", "")), base=base,
-        vllm_root=vllm_root, python=python, vllm_version=version, vllm_revision=revision,
-        series=series, expect=expect, tables=tuple(tables), repository=repository,
-        aliases=aliases, labels=labels, env=env, lock_file=root / lock,
+        name=name,
+        spec_file=r.file,
+        description=str(doc.get("description", "")),
+        base=base,
+        vllm_root=vllm_root,
+        python=python,
+        vllm_version=version,
+        vllm_revision=revision,
+        series=series,
+        expect=expect,
+        tables=tuple(tables),
+        repository=repository,
+        aliases=aliases,
+        labels=labels,
+        env=env,
+        lock_file=root / lock,
     )

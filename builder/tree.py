@@ -21,8 +21,8 @@ from builder.spec import ABSENT
 
 @dataclass(frozen=True)
 class PatchedTree:
-    parent: Path                                  # holds vllm/<touched files>
-    pre: dict[str, Fingerprint | None]            # rel (under vllm/) -> pre-image, None when absent
+    parent: Path  # holds vllm/<touched files>
+    pre: dict[str, Fingerprint | None]  # rel (under vllm/) -> pre-image, None when absent
     post: dict[str, Fingerprint | None]
     modes: dict[str, int]
     outcomes: tuple[Outcome, ...]
@@ -38,18 +38,28 @@ def check_expectations(inputs: Inputs, pre: dict[str, Fingerprint | None]) -> No
     where = f"{target.spec_file}: targets.{target.name}.expect"
     for rel, found in pre.items():
         if rel not in target.expect:
-            raise PatchError(f"{where}: the build touches {rel} but the spec declares no expected pre-image for it")
+            raise PatchError(
+                f"{where}: the build touches {rel} but the spec declares no expected pre-image for it"
+            )
         expected = target.expect[rel]
         if expected == ABSENT:
             if found is not None:
-                raise PatchError(f"{where}.{rel}: expected absent, but the base has blob {found.git_blob[:12]}")
+                raise PatchError(
+                    f"{where}.{rel}: expected absent, but the base has blob {found.git_blob[:12]}"
+                )
         elif found is None:
-            raise PatchError(f"{where}.{rel}: expected blob {expected}, but the base has no such file")
+            raise PatchError(
+                f"{where}.{rel}: expected blob {expected}, but the base has no such file"
+            )
         elif not found.git_blob.startswith(expected):
-            raise PatchError(f"{where}.{rel}: expected blob {expected}, the base has {found.git_blob[:12]}")
+            raise PatchError(
+                f"{where}.{rel}: expected blob {expected}, the base has {found.git_blob[:12]}"
+            )
     for rel in target.expect:
         if rel not in pre:
-            raise PatchError(f"{where}.{rel}: declared, but neither the stack ({target.series.name}) nor a table touches it")
+            raise PatchError(
+                f"{where}.{rel}: declared, but neither the stack ({target.series.name}) nor a table touches it"
+            )
 
 
 def prepare_tree(engine: Engine, base_ref: str, inputs: Inputs, workdir: Path) -> PatchedTree:
@@ -57,7 +67,9 @@ def prepare_tree(engine: Engine, base_ref: str, inputs: Inputs, workdir: Path) -
     tables = {f"{PATCH_ROOT}/{t.installs_as}": t for t in inputs.tables}
     clash = sorted(set(patched) & set(tables))
     if clash:
-        raise PatchError(f"{inputs.target.series}: the stack patches {clash[0]}, which a tuning table replaces")
+        raise PatchError(
+            f"{inputs.target.series}: the stack patches {clash[0]}, which a tuning table replaces"
+        )
     files = patched + list(tables)
     root = inputs.target.vllm_root
     in_image = {rel: str(root / _under_vllm(rel)) for rel in files}
@@ -74,7 +86,7 @@ def prepare_tree(engine: Engine, base_ref: str, inputs: Inputs, workdir: Path) -
         modes[key] = entry.mode
         out = workdir / rel
         if rel in tables:
-            continue                        # replaced whole: only its pre-image matters
+            continue  # replaced whole: only its pre-image matters
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_bytes(entry.data)
     check_expectations(inputs, pre)

@@ -15,9 +15,9 @@ from __future__ import annotations
 import grp
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from builder.engine import Engine
 from builder.errors import ValidationFailed
@@ -64,7 +64,7 @@ def _gpu_run_options(dev_root: str = "/") -> dict:
         gids.add(os.stat(kfd).st_gid)
     except OSError:
         pass
-    for group in ("video", "render"):       # numeric: the image may lack these names
+    for group in ("video", "render"):  # numeric: the image may lack these names
         try:
             gids.add(grp.getgrnam(group).gr_gid)
         except KeyError:
@@ -96,16 +96,41 @@ def run_validation(
         (report_dir / name).unlink(missing_ok=True)
     gpu = _gpu_run_options(dev_root)
     platform = "auto" if gpu else "mock"
-    env = dict(item.split("=", 1) for item in engine.inspect(image)["Config"].get("Env") or [] if "=" in item)
+    env = dict(
+        item.split("=", 1)
+        for item in engine.inspect(image)["Config"].get("Env") or []
+        if "=" in item
+    )
     pythonpath = ":".join(p for p in (SMOKE_PATH, env.get("PYTHONPATH", "")) if p)
-    command = ["python3", "-m", "m3_smoke", "run", "--manifest", MANIFEST,
-               "--report-dir", REPORT_DIR_IN_CONTAINER, "--platform", platform]
+    command = [
+        "python3",
+        "-m",
+        "m3_smoke",
+        "run",
+        "--manifest",
+        MANIFEST,
+        "--report-dir",
+        REPORT_DIR_IN_CONTAINER,
+        "--platform",
+        platform,
+    ]
     if checks:
         command += ["--checks", ",".join(checks)]
-    log(f"validate {image}: {'ROCm devices ' + ', '.join(gpu['devices']) if gpu else 'no /dev/kfd: mocked platform'}")
-    run = engine.run(image, command, collect=[f"{REPORT_DIR_IN_CONTAINER}/{name}" for name in REPORT_FILES],
-                     timeout_s=timeout_s, environment={"PYTHONPATH": pythonpath, "PYTHONDONTWRITEBYTECODE": "1",
-                                                       "HF_HUB_OFFLINE": "1"}, **gpu)
+    log(
+        f"validate {image}: {'ROCm devices ' + ', '.join(gpu['devices']) if gpu else 'no /dev/kfd: mocked platform'}"
+    )
+    run = engine.run(
+        image,
+        command,
+        collect=[f"{REPORT_DIR_IN_CONTAINER}/{name}" for name in REPORT_FILES],
+        timeout_s=timeout_s,
+        environment={
+            "PYTHONPATH": pythonpath,
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "HF_HUB_OFFLINE": "1",
+        },
+        **gpu,
+    )
     exit_code, output = run.exit_code, run.output
     (report_dir / "container.log").write_text(output)
     for line in output.splitlines():
@@ -126,20 +151,34 @@ def run_validation(
             report = {}
     if not report:
         tail = " | ".join(output.strip().splitlines()[-3:]) if output.strip() else "no output"
-        report = {"passed": False, "failed_checks": ["suite"], "checks": [],
-                  "error": f"no report.json (exit {exit_code}): {tail}"}
+        report = {
+            "passed": False,
+            "failed_checks": ["suite"],
+            "checks": [],
+            "error": f"no report.json (exit {exit_code}): {tail}",
+        }
         (report_dir / "report.json").write_text(json.dumps(report, indent=2) + "\n")
     failed = list(report.get("failed_checks") or [])
     passed = bool(report.get("passed")) and exit_code == 0 and not failed
     if not passed and not failed:
         failed = [f"exit_code={exit_code}"]
-    return ValidationResult(image=image, passed=passed, failed_checks=failed, report=report,
-                            exit_code=exit_code, platform=platform, report_dir=report_dir, files=files)
+    return ValidationResult(
+        image=image,
+        passed=passed,
+        failed_checks=failed,
+        report=report,
+        exit_code=exit_code,
+        platform=platform,
+        report_dir=report_dir,
+        files=files,
+    )
 
 
 def require_passed(result: ValidationResult) -> ValidationResult:
     """Raise ``ValidationFailed`` (one line, naming the failed checks) unless the suite passed."""
     if not result.passed:
         where = f"; report in {result.report_dir}" if result.report_dir else ""
-        raise ValidationFailed(f"{result.image}: validation failed: {', '.join(result.failed_checks) or 'unknown'}{where}")
+        raise ValidationFailed(
+            f"{result.image}: validation failed: {', '.join(result.failed_checks) or 'unknown'}{where}"
+        )
     return result

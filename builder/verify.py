@@ -15,13 +15,13 @@ refused. Problems are listed one per line; the error is one line.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path, PurePosixPath
-from typing import Callable
 
-from builder.image_layout import LOCK_PATH, MANIFEST_PATH
 from builder.engine import Engine
 from builder.errors import BuilderError
 from builder.hashing import git_blob_id, sha256_bytes
+from builder.image_layout import LOCK_PATH, MANIFEST_PATH
 from builder.lock import Lock, content_tag
 from builder.provenance import NS, image_labels
 
@@ -39,10 +39,13 @@ def _short(value, width: int = 80) -> str:
 
 def check_labels(labels: dict[str, str], lock: Lock) -> list[str]:
     expected = image_labels(lock, lock.inputs.labels)
-    first = (f"{NS}.lock.sha256", f"{NS}.content-tag")          # the identity labels lead the report
+    first = (f"{NS}.lock.sha256", f"{NS}.content-tag")  # the identity labels lead the report
     expected = {**{k: expected[k] for k in first}, **expected}
-    return [f"label {key}: expected {_short(value)}, found {_short(labels.get(key, 'nothing'))}"
-            for key, value in expected.items() if labels.get(key) != value]
+    return [
+        f"label {key}: expected {_short(value)}, found {_short(labels.get(key, 'nothing'))}"
+        for key, value in expected.items()
+        if labels.get(key) != value
+    ]
 
 
 def check_files(read: Reader, lock: Lock) -> list[str]:
@@ -60,15 +63,19 @@ def check_files(read: Reader, lock: Lock) -> list[str]:
         if data is None:
             problems.append(f"file {rel}: missing")
         elif git_blob_id(data) != post.git_blob or sha256_bytes(data) != post.sha256:
-            problems.append(f"file {rel}: sha256 {sha256_bytes(data)[:16]}..., lock says {post.sha256[:16]}...")
+            problems.append(
+                f"file {rel}: sha256 {sha256_bytes(data)[:16]}..., lock says {post.sha256[:16]}..."
+            )
     raw_lock = found.get(str(LOCK_PATH))
     if raw_lock is None:
         problems.append(f"{LOCK_PATH}: missing")
     else:
         try:
             if json.loads(raw_lock) != lock.to_doc():
-                problems.append(f"{LOCK_PATH}: differs from the lock (content tag "
-                                f"{content_tag(json.loads(raw_lock))}, expected {content_tag(lock)})")
+                problems.append(
+                    f"{LOCK_PATH}: differs from the lock (content tag "
+                    f"{content_tag(json.loads(raw_lock))}, expected {content_tag(lock)})"
+                )
         except (ValueError, KeyError, AttributeError, TypeError):
             problems.append(f"{LOCK_PATH}: not a lock")
     raw_manifest = found.get(str(MANIFEST_PATH))
@@ -81,7 +88,11 @@ def check_files(read: Reader, lock: Lock) -> list[str]:
             want = {t.name: t.sha256 for t in lock.inputs.tables}
             if tables != want:
                 problems.append(f"{MANIFEST_PATH}: tables differ from the lock")
-            posts = {rel: change.post.as_dict() for rel, change in (lock.files or {}).items() if change.post is not None}
+            posts = {
+                rel: change.post.as_dict()
+                for rel, change in (lock.files or {}).items()
+                if change.post is not None
+            }
             if manifest.get("patched_files") != posts:
                 problems.append(f"{MANIFEST_PATH}: patched file fingerprints differ from the lock")
         except (ValueError, KeyError, AttributeError, TypeError):
@@ -94,7 +105,7 @@ def check_layers(engine: Engine, image: str, lock: Lock) -> tuple[list[str], boo
     base_id = lock.base.config
     names = [n for n in (base_id, lock.base.manifest, lock.base.digest) if n]
     base_layers = None
-    for name in names:                  # classic stores and Podman: config digest; containerd: manifest
+    for name in names:  # classic stores and Podman: config digest; containerd: manifest
         found = engine.image_id(name)
         if found is not None and found in names:
             base_layers = engine.inspect(name)["RootFS"]["Layers"]
@@ -105,7 +116,9 @@ def check_layers(engine: Engine, image: str, lock: Lock) -> tuple[list[str], boo
     if layers[: len(base_layers)] != base_layers:
         return [f"layers: not built on the locked base {base_id}"], True
     if len(layers) != len(base_layers) + 1:
-        return [f"layers: {len(layers) - len(base_layers)} on top of the base, the builder makes exactly 1"], True
+        return [
+            f"layers: {len(layers) - len(base_layers)} on top of the base, the builder makes exactly 1"
+        ], True
     return [], True
 
 
@@ -115,7 +128,10 @@ def image_problems(engine: Engine, image: str, lock: Lock) -> tuple[list[str], l
     problems = check_labels(labels, lock)
 
     def read(paths: list[str]) -> dict[str, bytes | None]:
-        return {p: (e.data if e is not None else None) for p, e in engine.read_files(image, paths).items()}
+        return {
+            p: (e.data if e is not None else None)
+            for p, e in engine.read_files(image, paths).items()
+        }
 
     problems += check_files(read, lock)
     layer_problems, checked = check_layers(engine, image, lock)
@@ -125,6 +141,7 @@ def image_problems(engine: Engine, image: str, lock: Lock) -> tuple[list[str], l
 
 def rootfs_problems(rootfs: Path, lock: Lock) -> list[str]:
     """Problems for an unpacked root file system (e.g. an enroot container); labels are not there."""
+
     def read(paths: list[str]) -> dict[str, bytes | None]:
         out = {}
         for path in paths:
@@ -136,9 +153,11 @@ def rootfs_problems(rootfs: Path, lock: Lock) -> list[str]:
 
 
 def refuse(what: str, problems: list[str], lock_name: str) -> VerificationFailed:
-    return VerificationFailed(f"{what}: refused: does not match {lock_name} ({problems[0]}"
-                              f"{f'; {len(problems) - 1} more problem(s)' if len(problems) > 1 else ''})",
-                              details=problems)
+    return VerificationFailed(
+        f"{what}: refused: does not match {lock_name} ({problems[0]}"
+        f"{f'; {len(problems) - 1} more problem(s)' if len(problems) > 1 else ''})",
+        details=problems,
+    )
 
 
 def require_verified(engine: Engine, image: str, lock: Lock, what: str | None = None) -> list[str]:

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 from builder.assemble import BuiltImage, Delta, assemble, load_archive
 from builder.base import ResolvedBase, ensure_base_in_engine, resolve_base
@@ -16,7 +16,16 @@ from builder.errors import EngineError, LockError
 from builder.hashing import sha256_bytes
 from builder.inputs import PROJECT_DIR, Inputs, collect_inputs
 from builder.layer import canonical_layer
-from builder.lock import Lock, compute_lock, content_digest, content_tag, inputs_section, lock_inputs, read_lock, require_match
+from builder.lock import (
+    Lock,
+    compute_lock,
+    content_digest,
+    content_tag,
+    inputs_section,
+    lock_inputs,
+    read_lock,
+    require_match,
+)
 from builder.log import StepLog
 from builder.provenance import NS, image_labels
 from builder.spec import Target, load_spec
@@ -32,6 +41,7 @@ def load_target(spec_file: str, name: str | None) -> Target:
 @dataclass(frozen=True)
 class Locked:
     """A target whose working-tree inputs match its committed lock."""
+
     inputs: Inputs
     lock: Lock
 
@@ -53,15 +63,18 @@ def check_inputs_against_lock(target: Target) -> Locked:
     return Locked(inputs=inputs, lock=locked)
 
 
-def resolve_and_patch(engine: Engine, inputs: Inputs, log: StepLog,
-                      workdir: Path) -> tuple[ResolvedBase, Lock, PatchedTree]:
+def resolve_and_patch(
+    engine: Engine, inputs: Inputs, log: StepLog, workdir: Path
+) -> tuple[ResolvedBase, Lock, PatchedTree]:
     """Resolve the base, make sure the engine has it, patch its files: returns (base, lock, tree)."""
     target = inputs.target
     with log.step(f"resolve base {target.base.reference}"):
         base = resolve_base(target.base)
         log.info(f"platform manifest {base.manifest_digest}, config {base.config_digest}")
         handle = ensure_base_in_engine(engine, base, log)
-    with log.step(f"apply patch stack {target.series.name} ({len(inputs.patches)} patches, GNU patch, zero fuzz)"):
+    with log.step(
+        f"apply patch stack {target.series.name} ({len(inputs.patches)} patches, GNU patch, zero fuzz)"
+    ):
         tree = prepare_tree(engine, handle, inputs, workdir)
         for outcome in tree.outcomes:
             log.info(f"{outcome.result:>15}  {outcome.patch.name}")
@@ -74,13 +87,24 @@ def delta_of(locked: Locked, base: ResolvedBase, tree: PatchedTree, log: StepLog
     with log.step("render build context"):
         labels = image_labels(locked.lock, target.labels)
         mtime = epoch_of(base.created)
-        context = write_context(BUILD_DIR / "context" / target.name, locked.inputs, tree, locked.lock, labels,
-                                base_reference=target.base.reference, mtime=mtime)
+        context = write_context(
+            BUILD_DIR / "context" / target.name,
+            locked.inputs,
+            tree,
+            locked.lock,
+            labels,
+            base_reference=target.base.reference,
+            mtime=mtime,
+        )
         log.info(f"context {context.root}")
     with log.step("build delta layer (canonical tar written by the builder, no engine)"):
         layer = canonical_layer(context.delta, mtime)
-        delta = Delta(layer=layer, diff_id="sha256:" + sha256_bytes(layer), labels=labels,
-                      env=[f"{key}={value}" for key, value in sorted(target.env.items())])
+        delta = Delta(
+            layer=layer,
+            diff_id="sha256:" + sha256_bytes(layer),
+            labels=labels,
+            env=[f"{key}={value}" for key, value in sorted(target.env.items())],
+        )
         log.info(f"delta layer {delta.diff_id} ({len(layer)} bytes)")
     return delta
 
@@ -104,16 +128,22 @@ def assemble_image(engine: Engine, locked: Locked, log: StepLog) -> tuple[Resolv
 def write_outputs(folder: Path, image: BuiltImage) -> None:
     """The image's own files, for people and tools to inspect: config, manifest, delta layer."""
     folder.mkdir(parents=True, exist_ok=True)
-    for name, data in (("config.json", image.config), ("manifest.json", image.manifest),
-                       ("delta.tar", image.delta.layer)):
+    for name, data in (
+        ("config.json", image.config),
+        ("manifest.json", image.manifest),
+        ("delta.tar", image.delta.layer),
+    ):
         (folder / name).write_bytes(data)
 
 
 def find_built(engine: Engine, image: BuiltImage) -> str | None:
     """The engine's id for ``image`` (config digest on classic stores and Podman, manifest digest
     on the containerd store), or None."""
-    return engine.find_image([image.config_digest, image.manifest_digest], image.diff_ids,
-                             config_digest=image.config_digest)
+    return engine.find_image(
+        [image.config_digest, image.manifest_digest],
+        image.diff_ids,
+        config_digest=image.config_digest,
+    )
 
 
 def load_image(engine: Engine, image: BuiltImage, log: StepLog) -> str:
@@ -122,8 +152,10 @@ def load_image(engine: Engine, image: BuiltImage, log: StepLog) -> str:
         engine.load(load_archive(image))
         handle = find_built(engine, image)
         if handle is None:
-            raise EngineError(f"load: {engine.describe()} reports success but holds no image with config "
-                              f"{image.config_digest} / manifest {image.manifest_digest}")
+            raise EngineError(
+                f"load: {engine.describe()} reports success but holds no image with config "
+                f"{image.config_digest} / manifest {image.manifest_digest}"
+            )
         log.info(f"image {handle}")
     return handle
 
@@ -154,7 +186,9 @@ def release(engine: Engine, locked: Locked, image_id: str, log: StepLog) -> None
 
 
 @contextmanager
-def removed_unless_released(engine: Engine, image_id: str, preexisting: bool, log: StepLog) -> Iterator[None]:
+def removed_unless_released(
+    engine: Engine, image_id: str, preexisting: bool, log: StepLog
+) -> Iterator[None]:
     """Remove the image this run loaded if anything (failed validation, an engine error, SIGTERM,
     Ctrl-C) ends the block early: no dangling image is left behind. An image that was in the
     engine before this run is left alone."""

@@ -37,7 +37,7 @@ def new_file_target(patch_text: str) -> str | None:
         return None
     if "\n--- " in body or "\ndiff " in body:
         return None  # more than one file: hand-written
-    return plus[len("+++ b/"):].split("\t", 1)[0]
+    return plus[len("+++ b/") :].split("\t", 1)[0]
 
 
 def render_new_file_diff(rel: str, text: str) -> str:
@@ -48,7 +48,11 @@ def render_new_file_diff(rel: str, text: str) -> str:
     missing_eol = lines[-1] != ""
     if not missing_eol:
         lines = lines[:-1]
-    out = [NEW_FILE, f"+++ b/{rel}\n", f"@@ -0,0 +1,{len(lines)} @@\n" if len(lines) != 1 else "@@ -0,0 +1 @@\n"]
+    out = [
+        NEW_FILE,
+        f"+++ b/{rel}\n",
+        f"@@ -0,0 +1,{len(lines)} @@\n" if len(lines) != 1 else "@@ -0,0 +1 @@\n",
+    ]
     out += [f"+{line}\n" for line in lines]
     if missing_eol:
         out.append("\\ No newline at end of file\n")
@@ -69,7 +73,9 @@ def render_patch(patch: Path, src_root: Path = SRC) -> str | None:
 
 
 def generated_patches(patches_dir: Path = PATCHES) -> list[Path]:
-    return [p for p in sorted(patches_dir.glob("*.patch")) if new_file_target(p.read_text()) is not None]
+    return [
+        p for p in sorted(patches_dir.glob("*.patch")) if new_file_target(p.read_text()) is not None
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -27,10 +27,14 @@ def pin_file(spec_file: Path, name: str, base: StandinBase) -> Path:
     pin = target.digest_file if isinstance(target, UnpinnedTarget) else target.base.digest_file
     image = target.image if isinstance(target, UnpinnedTarget) else target.base.image
     if pin is None:
-        raise SpecError(f"{spec.file}: targets.{name}.base: a stand-in target needs a digest_file to pin")
+        raise SpecError(
+            f"{spec.file}: targets.{name}.base: a stand-in target needs a digest_file to pin"
+        )
     if image != f"{base.repository}:{base.local_tag.split(':', 1)[1]}":
-        raise SpecError(f"{spec.file}: targets.{name}.base.image: {image!r} is not the stand-in base "
-                        f"{base.repository}:{base.local_tag.split(':', 1)[1]}")
+        raise SpecError(
+            f"{spec.file}: targets.{name}.base.image: {image!r} is not the stand-in base "
+            f"{base.repository}:{base.local_tag.split(':', 1)[1]}"
+        )
     return pin
 
 
@@ -46,17 +50,34 @@ def pin_targets(spec_file: Path, pins: dict[str, StandinBase]) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m standin", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--spec", type=Path, default=Path("image.yaml"), help="build spec (default: image.yaml)")
-    parser.add_argument("--cache-dir", type=Path, default=Path("build/cache"),
-                        help="build cache root (default: build/cache)")
-    parser.add_argument("--registry", default="127.0.0.1:5000",
-                        help="registry to push to (default: 127.0.0.1:5000)")
-    parser.add_argument("--target", default="standin", help="target pinned to the 0.24.0 base (default: standin)")
-    parser.add_argument("--pinned-target", default="standin-4a560dd",
-                        help="target pinned to the 4a560dd base (default: standin-4a560dd)")
-    parser.add_argument("--no-pin", action="store_true", help="build and push only; leave the spec's pins alone")
+    parser = argparse.ArgumentParser(
+        prog="python -m standin",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--spec", type=Path, default=Path("image.yaml"), help="build spec (default: image.yaml)"
+    )
+    parser.add_argument(
+        "--cache-dir",
+        type=Path,
+        default=Path("build/cache"),
+        help="build cache root (default: build/cache)",
+    )
+    parser.add_argument(
+        "--registry", default="127.0.0.1:5000", help="registry to push to (default: 127.0.0.1:5000)"
+    )
+    parser.add_argument(
+        "--target", default="standin", help="target pinned to the 0.24.0 base (default: standin)"
+    )
+    parser.add_argument(
+        "--pinned-target",
+        default="standin-4a560dd",
+        help="target pinned to the 4a560dd base (default: standin-4a560dd)",
+    )
+    parser.add_argument(
+        "--no-pin", action="store_true", help="build and push only; leave the spec's pins alone"
+    )
     parser.add_argument("--quiet", action="store_true", help="print only the references")
     args = parser.parse_args(argv)
 
@@ -69,7 +90,9 @@ def main(argv: list[str] | None = None) -> int:
         base = build_standin_base(engine, args.cache_dir, registry=args.registry, log=log)
         if base.timings:
             log("standin: timings " + ", ".join(f"{k}={v}" for k, v in base.timings.items()))
-        log(f"standin: image {base.local_tag} {base.image_id[:19]} size {base.size / 2**20:.0f} MiB")
+        log(
+            f"standin: image {base.local_tag} {base.image_id[:19]} size {base.size / 2**20:.0f} MiB"
+        )
         pinned = build_pinned_base(engine, base, registry=args.registry, log=log)
         log(f"standin: image {pinned.local_tag} {pinned.image_id[:19]}")
         if not args.no_pin:

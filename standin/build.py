@@ -35,9 +35,9 @@ import time
 import urllib.error
 import urllib.request
 import zipfile
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
 
 from builder.dockerfile import render_template
 from builder.engine import Engine
@@ -58,7 +58,10 @@ PYTHON_TAG = "3.11"  # bookworm's python3; wheels are selected for it, not for t
 GLIBC_MINOR = 36  # bookworm ships glibc 2.36: any manylinux_2_<=36 x86_64 wheel runs there
 # pip (23.x) does not widen --platform by itself: list every manylinux tag the image accepts.
 WHEEL_PLATFORMS = tuple(f"manylinux_2_{minor}_x86_64" for minor in range(GLIBC_MINOR, 4, -1)) + (
-    "manylinux2014_x86_64", "manylinux2010_x86_64", "manylinux1_x86_64")
+    "manylinux2014_x86_64",
+    "manylinux2010_x86_64",
+    "manylinux1_x86_64",
+)
 FIXED_MTIME = 1704067200  # 2024-01-01T00:00:00Z: every file in both layers gets this mtime
 
 LOCAL_REPOSITORY = "m3-image/standin-base"
@@ -89,19 +92,34 @@ class StandinBase:
 
 # --------------------------------------------------------------------------- fingerprints
 
+
 def _digest(payload: object) -> str:
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 
 
 def _rootfs_fingerprint() -> str:
-    return _digest({"suite": SUITE, "variant": "minbase", "packages": DEBIAN_PACKAGES,
-                    "mtime": FIXED_MTIME, "layout": 1})
+    return _digest(
+        {
+            "suite": SUITE,
+            "variant": "minbase",
+            "packages": DEBIAN_PACKAGES,
+            "mtime": FIXED_MTIME,
+            "layout": 1,
+        }
+    )
 
 
 def _site_fingerprint() -> str:
-    return _digest({"torch": TORCH_REQUIREMENT, "python": PYTHON_TAG,
-                    "platforms": WHEEL_PLATFORMS, "requirements": REQUIREMENTS_PATH.read_text(),
-                    "vllm_wheel": WHEEL_SHA256, "layout": 2})
+    return _digest(
+        {
+            "torch": TORCH_REQUIREMENT,
+            "python": PYTHON_TAG,
+            "platforms": WHEEL_PLATFORMS,
+            "requirements": REQUIREMENTS_PATH.read_text(),
+            "vllm_wheel": WHEEL_SHA256,
+            "layout": 2,
+        }
+    )
 
 
 def _image_fingerprint(rootfs_fp: str, site_fp: str) -> str:
@@ -109,6 +127,7 @@ def _image_fingerprint(rootfs_fp: str, site_fp: str) -> str:
 
 
 # --------------------------------------------------------------------------- helpers
+
 
 @contextlib.contextmanager
 def _locked(path: Path) -> Iterator[None]:
@@ -154,9 +173,20 @@ def _remove_tree(path: Path) -> None:
 
 # Files that differ from run to run (logs, apt indexes, downloaded .debs) or that the
 # engine provides at run time (/dev nodes, resolv.conf, hostname).
-_VOLATILE = ("var/cache/apt/archives/*.deb", "var/cache/apt/*.bin", "var/lib/apt/lists/*",
-             "var/cache/debconf/*-old", "var/lib/dpkg/*-old", "var/cache/ldconfig/aux-cache",
-             "dev/*", "run/*", "tmp/*", "etc/hostname", "etc/resolv.conf", "etc/machine-id")
+_VOLATILE = (
+    "var/cache/apt/archives/*.deb",
+    "var/cache/apt/*.bin",
+    "var/lib/apt/lists/*",
+    "var/cache/debconf/*-old",
+    "var/lib/dpkg/*-old",
+    "var/cache/ldconfig/aux-cache",
+    "dev/*",
+    "run/*",
+    "tmp/*",
+    "etc/hostname",
+    "etc/resolv.conf",
+    "etc/machine-id",
+)
 
 
 def _clean_rootfs(root: Path) -> None:
@@ -187,25 +217,48 @@ def _rootfs_tar(cache: Path, log: Log, timings: dict) -> Path:
     target = work / "root"
     debootstrap_log = cache / "debootstrap.log"
     try:
-        log(f"standin: debootstrap --variant=minbase {SUITE} from {mirror} (log: {debootstrap_log})")
+        log(
+            f"standin: debootstrap --variant=minbase {SUITE} from {mirror} (log: {debootstrap_log})"
+        )
         start = time.monotonic()
-        cmd = ["debootstrap", "--variant=minbase", f"--include={','.join(DEBIAN_PACKAGES)}",
-               SUITE, str(target), mirror]
+        cmd = [
+            "debootstrap",
+            "--variant=minbase",
+            f"--include={','.join(DEBIAN_PACKAGES)}",
+            SUITE,
+            str(target),
+            mirror,
+        ]
         with debootstrap_log.open("w") as handle:
             result = subprocess.run(cmd, stdout=handle, stderr=subprocess.STDOUT)
         if result.returncode != 0:
             detail = _last_line(debootstrap_log.read_text(errors="replace"))
-            raise BuilderError(f"debootstrap {SUITE} from {mirror} failed (exit {result.returncode}): "
-                               f"{detail} (full log: {debootstrap_log})")
+            raise BuilderError(
+                f"debootstrap {SUITE} from {mirror} failed (exit {result.returncode}): "
+                f"{detail} (full log: {debootstrap_log})"
+            )
         timings["debootstrap_s"] = round(time.monotonic() - start, 1)
         _unmount_below(target)
         _clean_rootfs(target)
         start = time.monotonic()
         staging = work / "rootfs.tar"
-        tar_cmd = ["tar", "--create", "--file", str(staging), "--directory", str(target),
-                   "--format=gnu", "--sort=name", f"--mtime=@{FIXED_MTIME}", "--numeric-owner",
-                   "--one-file-system", "."]
-        result = subprocess.run(tar_cmd, capture_output=True, text=True, env={**os.environ, "LC_ALL": "C"})
+        tar_cmd = [
+            "tar",
+            "--create",
+            "--file",
+            str(staging),
+            "--directory",
+            str(target),
+            "--format=gnu",
+            "--sort=name",
+            f"--mtime=@{FIXED_MTIME}",
+            "--numeric-owner",
+            "--one-file-system",
+            ".",
+        ]
+        result = subprocess.run(
+            tar_cmd, capture_output=True, text=True, env={**os.environ, "LC_ALL": "C"}
+        )
         if result.returncode != 0:
             raise BuilderError(f"packing the stand-in rootfs failed: {_last_line(result.stderr)}")
         staging.replace(out)
@@ -228,6 +281,7 @@ def _import_rootfs(engine: Engine, tar_path: Path, log: Log) -> str:
 
 
 # --------------------------------------------------------------------------- stage 2: site
+
 
 def _extract_dist_info(cache_root: Path, target: Path) -> None:
     """vLLM's ``.dist-info`` from the pinned wheel: the real image has vLLM pip-installed, and
@@ -254,18 +308,40 @@ def _site_dir(cache_dir: Path, cache: Path, log: Log, timings: dict) -> Path:
         target = staging / "site"
         # Wheels are chosen for the image's interpreter (cp311, glibc 2.36), not the host's.
         platforms = [arg for platform in WHEEL_PLATFORMS for arg in ("--platform", platform)]
-        cmd = [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-               "--no-compile", "--no-warn-script-location", "--only-binary=:all:",
-               "--python-version", PYTHON_TAG, "--implementation", "cp", *platforms,
-               "--target", str(target), TORCH_REQUIREMENT,
-               "-r", str(REQUIREMENTS_PATH)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "--no-compile",
+            "--no-warn-script-location",
+            "--only-binary=:all:",
+            "--python-version",
+            PYTHON_TAG,
+            "--implementation",
+            "cp",
+            *platforms,
+            "--target",
+            str(target),
+            TORCH_REQUIREMENT,
+            "-r",
+            str(REQUIREMENTS_PATH),
+        ]
         log(f"standin: pip install --target (torch + {REQUIREMENTS_PATH.name})")
         result = subprocess.run(cmd, capture_output=True, text=True)
         if result.returncode != 0:
-            raise BuilderError(f"pip install of the stand-in site folder failed: {_last_line(result.stderr)}")
-        shutil.rmtree(target / "bin", ignore_errors=True)  # console scripts point at the host python
+            raise BuilderError(
+                f"pip install of the stand-in site folder failed: {_last_line(result.stderr)}"
+            )
+        shutil.rmtree(
+            target / "bin", ignore_errors=True
+        )  # console scripts point at the host python
         if (target / "vllm").exists():
-            raise BuilderError("a requirement pulled in vllm itself; the stand-in must use the pinned sources")
+            raise BuilderError(
+                "a requirement pulled in vllm itself; the stand-in must use the pinned sources"
+            )
         _extract_dist_info(cache_dir, target)
         staging.joinpath("site").replace(site)
         _prune_stale(site, "site-*", log)
@@ -277,6 +353,7 @@ def _site_dir(cache_dir: Path, cache: Path, log: Log, timings: dict) -> Path:
 
 
 # --------------------------------------------------------------------------- build context
+
 
 def _tar_entry(archive: tarfile.TarFile, path: Path, arcname: str) -> None:
     info = tarfile.TarInfo(arcname)
@@ -328,11 +405,24 @@ def render_dockerfile(**values: str) -> str:
     return render_template(TEMPLATE_PATH.name, **values)
 
 
-def _build_image(engine: Engine, rootfs_image: str, site: Path, vllm_tree: Path,
-                 fingerprint: str, cache: Path, log: Log) -> str:
-    dockerfile = render_dockerfile(rootfs_image=rootfs_image, site_packages=SITE_PACKAGES,
-                                   python=PYTHON, vllm_version=VLLM_VERSION, suite=SUITE,
-                                   fingerprint_label=FINGERPRINT_LABEL, fingerprint=fingerprint)
+def _build_image(
+    engine: Engine,
+    rootfs_image: str,
+    site: Path,
+    vllm_tree: Path,
+    fingerprint: str,
+    cache: Path,
+    log: Log,
+) -> str:
+    dockerfile = render_dockerfile(
+        rootfs_image=rootfs_image,
+        site_packages=SITE_PACKAGES,
+        python=PYTHON,
+        vllm_version=VLLM_VERSION,
+        suite=SUITE,
+        fingerprint_label=FINGERPRINT_LABEL,
+        fingerprint=fingerprint,
+    )
     with tempfile.TemporaryFile(dir=cache, prefix=".context-") as context:
         write_context(context, dockerfile, {"site": site, "vllm": vllm_tree})
         log(f"standin: build context {context.tell() / 2**20:.0f} MiB; building {LOCAL_TAG}")
@@ -348,6 +438,7 @@ def _build_image(engine: Engine, rootfs_image: str, site: Path, vllm_tree: Path,
 
 # --------------------------------------------------------------------------- push
 
+
 def check_registry(registry: str) -> None:
     url = f"http://{registry}/v2/"
     try:
@@ -355,13 +446,16 @@ def check_registry(registry: str) -> None:
             return
     except urllib.error.HTTPError as exc:
         if exc.code == 401:
-            raise RegistryError(f"registry {registry} demands credentials; the stand-in goes to "
-                                f"the plain registry (scripts/start-registry.sh)") from exc
+            raise RegistryError(
+                f"registry {registry} demands credentials; the stand-in goes to "
+                f"the plain registry (scripts/start-registry.sh)"
+            ) from exc
         raise RegistryError(f"registry {registry}: GET /v2/ answered HTTP {exc.code}") from exc
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
-        raise RegistryError(f"registry {registry} unreachable ({reason}): start it with "
-                            f"scripts/start-registry.sh") from exc
+        raise RegistryError(
+            f"registry {registry} unreachable ({reason}): start it with scripts/start-registry.sh"
+        ) from exc
 
 
 def push(engine: Engine, image_id: str, repository: str, tag: str, log: Log) -> str:
@@ -374,6 +468,7 @@ def push(engine: Engine, image_id: str, repository: str, tag: str, log: Log) -> 
 
 # --------------------------------------------------------------------------- entry point
 
+
 def labels_of(engine: Engine, reference: str) -> dict[str, str] | None:
     """The image's labels, or None when the engine has no such image."""
     image_id = engine.image_id(reference)
@@ -382,8 +477,9 @@ def labels_of(engine: Engine, reference: str) -> dict[str, str] | None:
     return engine.inspect(image_id)["Config"].get("Labels") or {}
 
 
-def build_standin_base(engine: Engine, cache_dir: Path, registry: str = "127.0.0.1:5000",
-                       log: Log = print) -> StandinBase:
+def build_standin_base(
+    engine: Engine, cache_dir: Path, registry: str = "127.0.0.1:5000", log: Log = print
+) -> StandinBase:
     """Build (or reuse) ``m3-image/standin-base:vllm-0.24.0`` and push it to ``registry``.
 
     ``cache_dir`` is the build cache root (``build/cache``): the vLLM wheel lives under it
@@ -419,6 +515,12 @@ def build_standin_base(engine: Engine, cache_dir: Path, registry: str = "127.0.0
         digest = push(engine, image_id, repository, TAG, log)
         timings["push_s"] = round(time.monotonic() - start, 1)
     size = int(engine.inspect(image_id).get("Size") or 0)
-    return StandinBase(local_tag=LOCAL_TAG, repository=repository, digest=digest,
-                       reference=f"{repository}@{digest}", image_id=image_id, size=size,
-                       timings=timings)
+    return StandinBase(
+        local_tag=LOCAL_TAG,
+        repository=repository,
+        digest=digest,
+        reference=f"{repository}@{digest}",
+        image_id=image_id,
+        size=size,
+        timings=timings,
+    )

@@ -29,9 +29,22 @@ def fetch_wheel(cache_dir: Path) -> Path:
     wheel = cache_dir / WHEEL_NAME
     if not wheel.exists():
         with tempfile.TemporaryDirectory(dir=cache_dir) as tmp:
-            cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
-                   "--only-binary=:all:", "--python-version", "3.11",
-                   "--platform", "manylinux_2_28_x86_64", "-d", tmp, f"vllm=={VLLM_VERSION}"]
+            cmd = [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--quiet",
+                "--no-deps",
+                "--only-binary=:all:",
+                "--python-version",
+                "3.11",
+                "--platform",
+                "manylinux_2_28_x86_64",
+                "-d",
+                tmp,
+                f"vllm=={VLLM_VERSION}",
+            ]
             result = subprocess.run(cmd, capture_output=True, text=True)
             if result.returncode != 0:
                 last = (result.stderr.strip().splitlines() or ["no output"])[-1]
@@ -56,8 +69,11 @@ def extract_sources(wheel: Path, site_dir: Path) -> Path:
     staging = Path(tempfile.mkdtemp(dir=site_dir, prefix=".extract-"))
     try:
         with zipfile.ZipFile(wheel) as archive:
-            members = [m for m in archive.namelist()
-                       if m.startswith("vllm/") and not m.endswith("/") and ".so" not in Path(m).suffixes]
+            members = [
+                m
+                for m in archive.namelist()
+                if m.startswith("vllm/") and not m.endswith("/") and ".so" not in Path(m).suffixes
+            ]
             archive.extractall(staging, members)
         (staging / "vllm").replace(package_root)
     finally:

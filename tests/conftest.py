@@ -19,7 +19,14 @@ CACHE_DIR = REPO_ROOT / "build" / "cache"
 AUTH_ENV = Path(os.environ.get("M3_REGISTRY_ROOT", "/var/lib/m3-registry")) / "auth-credentials.env"
 PLAIN_REGISTRY = "127.0.0.1:5000"
 # fixtures that need the pinned vLLM sources (build/cache, fetched from PyPI on first use)
-VLLM_SOURCE_FIXTURES = {"pristine_vllm_site", "pristine_site", "patched_site", "vllm_on_path", "conv", "patched_tree"}
+VLLM_SOURCE_FIXTURES = {
+    "pristine_vllm_site",
+    "pristine_site",
+    "patched_site",
+    "vllm_on_path",
+    "conv",
+    "patched_tree",
+}
 
 
 @dataclass(frozen=True)
@@ -66,7 +73,9 @@ def docker_client():
         client = docker.from_env()
         client.ping()
     except Exception as exc:  # DockerException, requests' ConnectionError, ...
-        _unavailable(f"Docker engine unreachable ({type(exc).__name__}); start it with scripts/start-dockerd.sh")
+        _unavailable(
+            f"Docker engine unreachable ({type(exc).__name__}); start it with scripts/start-dockerd.sh"
+        )
     yield client
     client.close()
 
@@ -75,8 +84,10 @@ def docker_client():
 def registry() -> str:
     status = _v2_status(PLAIN_REGISTRY)
     if status != 200:
-        _unavailable(f"plain registry {PLAIN_REGISTRY} not up (GET /v2/: {status}); "
-                     f"start it with scripts/start-registry.sh")
+        _unavailable(
+            f"plain registry {PLAIN_REGISTRY} not up (GET /v2/: {status}); "
+            f"start it with scripts/start-registry.sh"
+        )
     return PLAIN_REGISTRY
 
 
@@ -86,14 +97,19 @@ def auth_registry() -> AuthRegistry:
         _unavailable(f"{AUTH_ENV} missing; start the registries with scripts/start-registry.sh")
     values = dict(line.split("=", 1) for line in AUTH_ENV.read_text().splitlines() if "=" in line)
     try:
-        registry = AuthRegistry(values["M3_AUTH_REGISTRY"], values["M3_AUTH_REGISTRY_USER"],
-                                values["M3_AUTH_REGISTRY_PASSWORD"])
+        registry = AuthRegistry(
+            values["M3_AUTH_REGISTRY"],
+            values["M3_AUTH_REGISTRY_USER"],
+            values["M3_AUTH_REGISTRY_PASSWORD"],
+        )
     except KeyError as exc:
         pytest.fail(f"{AUTH_ENV}: no {exc.args[0]}", pytrace=False)
     status = _v2_status(registry.address)
     if status != 401:
-        _unavailable(f"auth registry {registry.address} not up (GET /v2/: {status}, want 401); "
-                     f"start it with scripts/start-registry.sh")
+        _unavailable(
+            f"auth registry {registry.address} not up (GET /v2/: {status}, want 401); "
+            f"start it with scripts/start-registry.sh"
+        )
     return registry
 
 

@@ -22,14 +22,18 @@ def run(args, log) -> int:
         raise SpecError(f"{spec.file}: targets: no target {args.target!r}")
     target = spec.targets[args.target]
     if not isinstance(target, UnpinnedTarget):
-        raise SpecError(f"{spec.file}: targets.{args.target}.base: already pinned to {target.base.digest}; "
-                        "delete its digest file to re-pin")
+        raise SpecError(
+            f"{spec.file}: targets.{args.target}.base: already pinned to {target.base.digest}; "
+            "delete its digest file to re-pin"
+        )
     digest = args.digest
     if digest is None:
         client, ref = client_for(target.image)
         manifest = client.get_manifest(ref.repository, ref.tag or "latest")
         if manifest is None:
-            raise SpecError(f"{spec.file}: targets.{args.target}.base.image: {target.image!r} does not exist")
+            raise SpecError(
+                f"{spec.file}: targets.{args.target}.base.image: {target.image!r} does not exist"
+            )
         digest = manifest.digest
     if not DIGEST_RE.match(digest):
         raise SpecError(f"--digest: {digest!r} is not a sha256 digest")

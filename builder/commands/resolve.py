@@ -14,21 +14,32 @@ HELP = "print repo@sha256:..., the Pyxis --container-image form and a digest-der
 
 def register(sub) -> None:
     parser = sub.add_parser(NAME, help=HELP, description=HELP)
-    parser.add_argument("reference", nargs="?",
-                        help="name:tag or name@digest to resolve (default: the target's content tag)")
+    parser.add_argument(
+        "reference",
+        nargs="?",
+        help="name:tag or name@digest to resolve (default: the target's content tag)",
+    )
     parser.add_argument("--target", help="target name (default: the spec's default_target)")
 
 
 def run(args, log) -> int:
-    from builder.delivery import TAG_LABEL, cache_key, published_as_predicted, pyxis_image, remote_image
+    from builder.delivery import (
+        TAG_LABEL,
+        cache_key,
+        published_as_predicted,
+        pyxis_image,
+        remote_image,
+    )
     from builder.workflow import check_inputs_against_lock, load_target
 
     if args.reference:
         with log.step(f"resolve {args.reference}"):
             remote = remote_image(args.reference, "linux/amd64", verb="resolve")
             if remote is None:
-                raise RegistryError(f"resolve {args.reference}: no such tag in the registry; push it first "
-                                    "(`make push`)")
+                raise RegistryError(
+                    f"resolve {args.reference}: no such tag in the registry; push it first "
+                    "(`make push`)"
+                )
     else:
         locked = check_inputs_against_lock(load_target(args.spec, args.target))
         with log.step(f"resolve {locked.reference} (the manifest digest the lock predicts)"):

@@ -15,14 +15,21 @@ HELP = "run the smoke suite inside IMAGE; writes report.json and junit.xml"
 def register(sub) -> None:
     parser = sub.add_parser(NAME, help=HELP, description=HELP)
     parser.add_argument("image", help="image reference or id")
-    parser.add_argument("--report-dir", type=Path, help="where to write the reports (default: build/reports/validate/...)")
+    parser.add_argument(
+        "--report-dir",
+        type=Path,
+        help="where to write the reports (default: build/reports/validate/...)",
+    )
 
 
 def run(args, log) -> int:
     from builder.validate import run_validation
+
     engine = Engine.connect()
     image_id = engine.inspect(args.image)["Id"]
-    report_dir = args.report_dir or BUILD_DIR / "reports" / "validate" / image_id.split(":")[-1][:16]
+    report_dir = (
+        args.report_dir or BUILD_DIR / "reports" / "validate" / image_id.split(":")[-1][:16]
+    )
     with log.step(f"validate {args.image}"):
         result = run_validation(engine, args.image, report_dir, log=log.info)
     log.result(f"report: {report_dir / 'report.json'}  junit: {report_dir / 'junit.xml'}")

@@ -10,13 +10,24 @@ HELP = "check IMAGE (labels, patched-file fingerprints, tables) against the targ
 
 def register(sub) -> None:
     parser = sub.add_parser(NAME, help=HELP, description=HELP)
-    parser.add_argument("image", nargs="?", help="image reference or id in the engine (default: the registry "
-                        "copy of the target's content tag, by the manifest digest the lock predicts, pulled if absent)")
-    parser.add_argument("--target", help="target whose lock to check against (default: the spec's default_target)")
-    parser.add_argument("--lock", type=Path, help="lock file to check against (default: the target's)")
-    parser.add_argument("--rootfs", type=Path,
-                        help="check an unpacked root file system (e.g. an enroot container) instead of IMAGE; "
-                             "files and lock only, no labels")
+    parser.add_argument(
+        "image",
+        nargs="?",
+        help="image reference or id in the engine (default: the registry "
+        "copy of the target's content tag, by the manifest digest the lock predicts, pulled if absent)",
+    )
+    parser.add_argument(
+        "--target", help="target whose lock to check against (default: the spec's default_target)"
+    )
+    parser.add_argument(
+        "--lock", type=Path, help="lock file to check against (default: the target's)"
+    )
+    parser.add_argument(
+        "--rootfs",
+        type=Path,
+        help="check an unpacked root file system (e.g. an enroot container) instead of IMAGE; "
+        "files and lock only, no labels",
+    )
 
 
 def run(args, log) -> int:
@@ -29,6 +40,7 @@ def run(args, log) -> int:
         lock_file = args.lock
     else:
         from builder.workflow import load_target
+
         lock_file = load_target(args.spec, args.target).lock_file
     lock = read_lock(lock_file)
     if args.rootfs is not None:
@@ -36,13 +48,17 @@ def run(args, log) -> int:
             problems = rootfs_problems(args.rootfs, lock)
             if problems:
                 raise refuse(str(args.rootfs), problems, str(lock_file))
-        log.result(f"{args.rootfs}: matches {lock_file} (content tag {content_tag(lock)}; files and lock only)")
+        log.result(
+            f"{args.rootfs}: matches {lock_file} (content tag {content_tag(lock)}; files and lock only)"
+        )
         return 0
     engine = Engine.connect()
     if not args.image:
         if args.lock is not None:
-            raise BuilderError("verify: give IMAGE (or --rootfs DIR) with --lock; without IMAGE the target's "
-                               "registry copy is verified")
+            raise BuilderError(
+                "verify: give IMAGE (or --rootfs DIR) with --lock; without IMAGE the target's "
+                "registry copy is verified"
+            )
         args.image, image_id = _predicted(engine, args, log)
     else:
         image_id = engine.inspect(args.image)["Id"]
@@ -55,7 +71,9 @@ def run(args, log) -> int:
             raise
         for note in notes:
             log.info(note)
-    log.result(f"{args.image}: verified against {lock_file} (content tag {content_tag(lock)}, image {image_id})")
+    log.result(
+        f"{args.image}: verified against {lock_file} (content tag {content_tag(lock)}, image {image_id})"
+    )
     return 0
 
 
@@ -71,8 +89,11 @@ def _predicted(engine, args, log) -> tuple[str, str]:
         log.info(f"{remote.pinned} (image {remote.config_digest})")
 
     def find():
-        return engine.find_image([remote.config_digest, remote.manifest_digest], remote.diff_ids,
-                                 config_digest=remote.config_digest)
+        return engine.find_image(
+            [remote.config_digest, remote.manifest_digest],
+            remote.diff_ids,
+            config_digest=remote.config_digest,
+        )
 
     image_id = find()
     if image_id is None:
@@ -80,6 +101,8 @@ def _predicted(engine, args, log) -> tuple[str, str]:
             engine.pull(remote.pinned, log.progress)
             image_id = find()
             if image_id is None:
-                raise EngineError(f"verify {remote.pinned}: pulled, but {engine.describe()} holds no image with "
-                                  f"config {remote.config_digest}")
+                raise EngineError(
+                    f"verify {remote.pinned}: pulled, but {engine.describe()} holds no image with "
+                    f"config {remote.config_digest}"
+                )
     return remote.pinned, image_id

@@ -88,7 +88,9 @@ def check_backend_marker_gfx950(mode: str, device_name: str) -> dict:
         "experts": cls.__name__,
     }
     if NATIVE_LINE not in log:
-        raise CheckFailed(f"native gfx950 line not logged ({kind}); backend {details['backend']}", **details)
+        raise CheckFailed(
+            f"native gfx950 line not logged ({kind}); backend {details['backend']}", **details
+        )
     if marker in log or any(EMULATION_LINE in ln for ln in log):
         raise CheckFailed(f"gfx950 logged the converted/emulation line ({kind})", **details)
     if details["backend"] != "NATIVE_MXFP8":
@@ -120,19 +122,35 @@ def build_converted_quant_config(mode: str, device_name: str):
     ctx, kind = _platform_ctx("gfx942", mode, device_name)
     with ctx:
         method, layer, captured, log = L.build_layer(
-            w(E, 2 * N, K), s(E, 2 * N, K // 32), w(E, K, N), s(E, K, N // 32), swiglu=L.image_swiglu())
+            w(E, 2 * N, K),
+            s(E, 2 * N, K // 32),
+            w(E, K, N),
+            s(E, K, N // 32),
+            swiglu=L.image_swiglu(),
+        )
     quant_config = captured.get("moe_quant_config", getattr(method, "moe_quant_config", None))
-    return (quant_config, layer, getattr(method, "mxfp8_backend", None), method.experts_cls,
-            L.kernel_swiglu(method, captured), log, kind)
+    return (
+        quant_config,
+        layer,
+        getattr(method, "mxfp8_backend", None),
+        method.experts_cls,
+        L.kernel_swiglu(method, captured),
+        log,
+        kind,
+    )
 
 
 def check_swiglu_params(mode: str, device_name: str) -> dict:
     import torch
 
     try:
-        qcfg, layer, backend, cls, kernel_sw, log, kind = build_converted_quant_config(mode, device_name)
+        qcfg, layer, backend, cls, kernel_sw, log, kind = build_converted_quant_config(
+            mode, device_name
+        )
     except Exception as exc:
-        raise CheckFailed(f"ModelOpt MXFP8 MoE load path failed on gfx942: {type(exc).__name__}: {exc}")
+        raise CheckFailed(
+            f"ModelOpt MXFP8 MoE load path failed on gfx942: {type(exc).__name__}: {exc}"
+        )
     if qcfg is None:
         raise CheckFailed("no FusedMoEQuantConfig was built on gfx942")
     got = {k: getattr(qcfg, k, None) for k in M3_SWIGLU}
@@ -161,15 +179,29 @@ def check_swiglu_params(mode: str, device_name: str) -> dict:
         if got[k] is None or abs(float(got[k]) - v) > 1e-6
     ]
     if bad:
-        raise CheckFailed("SwiGLU-OAI parameters lost in the converted quant config: " + ", ".join(bad), **details)
-    kbad = [f"{k}={kernel_sw[k]!r} (want {v})" for k, v in zip(("alpha", "beta", "limit"), M3_SWIGLU.values())
-            if kernel_sw[k] is None or abs(float(kernel_sw[k]) - v) > 1e-6]
+        raise CheckFailed(
+            "SwiGLU-OAI parameters lost in the converted quant config: " + ", ".join(bad), **details
+        )
+    kbad = [
+        f"{k}={kernel_sw[k]!r} (want {v})"
+        for k, v in zip(("alpha", "beta", "limit"), M3_SWIGLU.values())
+        if kernel_sw[k] is None or abs(float(kernel_sw[k]) - v) > 1e-6
+    ]
     if kbad:
-        raise CheckFailed(f"the MoE kernel ({kernel_sw['source']}) uses other SwiGLU-OAI parameters: "
-                          + ", ".join(kbad), **details)
+        raise CheckFailed(
+            f"the MoE kernel ({kernel_sw['source']}) uses other SwiGLU-OAI parameters: "
+            + ", ".join(kbad),
+            **details,
+        )
     if layer.w13_weight.dtype != torch.float8_e4m3fnuz and kind == "mock":
-        raise CheckFailed(f"converted w13 dtype {layer.w13_weight.dtype}, want float8_e4m3fnuz", **details)
-    if layer.w13_weight_scale.dtype != torch.float32 or list(layer.w13_weight_scale.shape) != [2, 4, 4]:
+        raise CheckFailed(
+            f"converted w13 dtype {layer.w13_weight.dtype}, want float8_e4m3fnuz", **details
+        )
+    if layer.w13_weight_scale.dtype != torch.float32 or list(layer.w13_weight_scale.shape) != [
+        2,
+        4,
+        4,
+    ]:
         raise CheckFailed(
             f"converted w13 scale {layer.w13_weight_scale.dtype}{list(layer.w13_weight_scale.shape)}, "
             "want float32[2, 4, 4]",

@@ -54,7 +54,9 @@ def weight_errors(prob: dict, conv: dict) -> dict:
             tiles = numerics.tile_rel_errors(q, s, bq, bs)
             t = float(tiles.max()) if tiles.numel() else 0.0
             if not t <= worst:  # NaN sticks
-                nt, kt = divmod(int(torch.nan_to_num(tiles, nan=float("inf")).argmax()), tiles.shape[1])
+                nt, kt = divmod(
+                    int(torch.nan_to_num(tiles, nan=float("inf")).argmax()), tiles.shape[1]
+                )
                 worst, where = t, [name, e, nt, kt]
     return {
         "rel_err_weights": math.sqrt(num / den) if den else float("nan"),
@@ -69,9 +71,13 @@ def check_converted(conv: dict, fp8_dtype, shapes: dict) -> None:
         bw, bs = conv[name], conv[f"{name}_scale"]
         want_s = (E, -(-N // 128), -(-K // 128))
         if bw.dtype != fp8_dtype or tuple(bw.shape) != (E, N, K):
-            raise CheckFailed(f"{name}: converted weight {bw.dtype}{list(bw.shape)}, want {fp8_dtype}{[E, N, K]}")
+            raise CheckFailed(
+                f"{name}: converted weight {bw.dtype}{list(bw.shape)}, want {fp8_dtype}{[E, N, K]}"
+            )
         if bs.dtype != torch.float32 or tuple(bs.shape) != want_s:
-            raise CheckFailed(f"{name}: converted scale {bs.dtype}{list(bs.shape)}, want float32{list(want_s)}")
+            raise CheckFailed(
+                f"{name}: converted scale {bs.dtype}{list(bs.shape)}, want float32{list(want_s)}"
+            )
 
 
 def _padded(t: torch.Tensor, total: int, device) -> torch.Tensor:
@@ -80,7 +86,9 @@ def _padded(t: torch.Tensor, total: int, device) -> torch.Tensor:
     return out
 
 
-def image_layer(prob: dict, *, device="cpu", pad_experts_to: int = 0, select_ctx=None, build_ctx=None):
+def image_layer(
+    prob: dict, *, device="cpu", pad_experts_to: int = 0, select_ctx=None, build_ctx=None
+):
     """Build the image's ModelOpt MXFP8 MoE layer on ``device`` holding the problem's
     MXFP8 experts (padded with never-routed zero experts to ``pad_experts_to``, so
     vLLM looks up the tuned table of the real layer size) and run its load path."""
@@ -92,7 +100,8 @@ def image_layer(prob: dict, *, device="cpu", pad_experts_to: int = 0, select_ctx
     swiglu = L.image_swiglu()
     with build_ctx if build_ctx is not None else contextlib.nullcontext():
         method, layer, captured, log = L.build_layer(
-            t["w13"], t["w13_scale"], t["w2"], t["w2_scale"], swiglu=swiglu, select_ctx=select_ctx)
+            t["w13"], t["w13_scale"], t["w2"], t["w2_scale"], swiglu=swiglu, select_ctx=select_ctx
+        )
     return method, layer, L.kernel_swiglu(method, captured), swiglu, log
 
 
@@ -118,8 +127,18 @@ def conversion_mismatch(dev_conv: dict, cpu_conv: dict) -> dict:
     return out
 
 
-def evaluate(prob: dict, gold: torch.Tensor, *, fp8_dtype, device=None, pad_experts_to: int = 128,
-             select_ctx=None, run_ctx=None, cpu_layer_ctx=None, log_lines=None) -> dict:
+def evaluate(
+    prob: dict,
+    gold: torch.Tensor,
+    *,
+    fp8_dtype,
+    device=None,
+    pad_experts_to: int = 128,
+    select_ctx=None,
+    run_ctx=None,
+    cpu_layer_ctx=None,
+    log_lines=None,
+) -> dict:
     """All metrics of the check for one problem (see the module docstring).
 
     CPU part: the image's layer built on CPU (``cpu_layer_ctx``: the platform mock
@@ -129,11 +148,21 @@ def evaluate(prob: dict, gold: torch.Tensor, *, fp8_dtype, device=None, pad_expe
     ``run_ctx`` around the whole device part) and the batch runs through it.
     """
     with run_ctx if (device is not None and run_ctx is not None) else contextlib.nullcontext():
-        return _evaluate(prob, gold, fp8_dtype=fp8_dtype, device=device, pad_experts_to=pad_experts_to,
-                         select_ctx=select_ctx, cpu_layer_ctx=cpu_layer_ctx, log_lines=log_lines)
+        return _evaluate(
+            prob,
+            gold,
+            fp8_dtype=fp8_dtype,
+            device=device,
+            pad_experts_to=pad_experts_to,
+            select_ctx=select_ctx,
+            cpu_layer_ctx=cpu_layer_ctx,
+            log_lines=log_lines,
+        )
 
 
-def _evaluate(prob, gold, *, fp8_dtype, device, pad_experts_to, select_ctx, cpu_layer_ctx, log_lines) -> dict:
+def _evaluate(
+    prob, gold, *, fp8_dtype, device, pad_experts_to, select_ctx, cpu_layer_ctx, log_lines
+) -> dict:
     from m3_smoke.vllm_env import conversion_module
 
     p = prob["params"]
@@ -143,18 +172,34 @@ def _evaluate(prob, gold, *, fp8_dtype, device, pad_experts_to, select_ctx, cpu_
     m: dict = {"swiglu_reference": reference}
 
     if device is None:
-        method, layer, kernel_sw, model_sw, log = image_layer(prob, device="cpu", build_ctx=cpu_layer_ctx)
+        method, layer, kernel_sw, model_sw, log = image_layer(
+            prob, device="cpu", build_ctx=cpu_layer_ctx
+        )
         conv = {k: v.detach().clone() for k, v in layer_weights(layer, E).items()}
         m["conversion"] = "image ModelOpt layer load path (CPU torch path)"
     else:
         mod = conversion_module()
-        cpu = {n: mod.convert_mxfp8_to_block_fp8(prob[n].cpu(), prob[f"{n}_scale"].cpu(), fp8_dtype=fp8_dtype,
-                                                 impl="torch") for n in ("w13", "w2")}
-        conv = {"w13": cpu["w13"][0], "w13_scale": cpu["w13"][1], "w2": cpu["w2"][0], "w2_scale": cpu["w2"][1]}
-        conv = {k: v.to(prob["w13"].device) for k, v in conv.items()}  # the emulation runs where the problem is
+        cpu = {
+            n: mod.convert_mxfp8_to_block_fp8(
+                prob[n].cpu(), prob[f"{n}_scale"].cpu(), fp8_dtype=fp8_dtype, impl="torch"
+            )
+            for n in ("w13", "w2")
+        }
+        conv = {
+            "w13": cpu["w13"][0],
+            "w13_scale": cpu["w13"][1],
+            "w2": cpu["w2"][0],
+            "w2_scale": cpu["w2"][1],
+        }
+        conv = {
+            k: v.to(prob["w13"].device) for k, v in conv.items()
+        }  # the emulation runs where the problem is
         method, layer, kernel_sw, model_sw, log = image_layer(
-            prob, device=device, pad_experts_to=pad_experts_to, select_ctx=select_ctx)
-        m["conversion"] = "image ModelOpt layer load path on the device, byte-compared with the CPU torch path"
+            prob, device=device, pad_experts_to=pad_experts_to, select_ctx=select_ctx
+        )
+        m["conversion"] = (
+            "image ModelOpt layer load path on the device, byte-compared with the CPU torch path"
+        )
     if log_lines is not None:
         log_lines.extend(log)
     m["swiglu_model_config"] = model_sw
@@ -182,27 +227,41 @@ def _evaluate(prob, gold, *, fp8_dtype, device, pad_experts_to, select_ctx, cpu_
         total = layer.w13_weight.shape[0]
         m["device_padded_experts_nonzero_bytes"] = int(
             (layer.w13_weight.data[E:total].view(torch.uint8) != 0).sum()
-            + (layer.w2_weight.data[E:total].view(torch.uint8) != 0).sum())
+            + (layer.w2_weight.data[E:total].view(torch.uint8) != 0).sum()
+        )
+        from vllm.model_executor.layers.fused_moe.fused_moe import get_moe_configs
+
         from m3_smoke import layer as L
         from m3_smoke.vllm_env import captured_vllm_log
-        from vllm.model_executor.layers.fused_moe.fused_moe import get_moe_configs
 
         get_moe_configs.cache_clear()
         with captured_vllm_log() as run_log:
-            out = L.run_layer(method, layer, prob["hidden"].to(device), prob["topk_weights"].to(device),
-                              prob["topk_ids"].to(device))
+            out = L.run_layer(
+                method,
+                layer,
+                prob["hidden"].to(device),
+                prob["topk_weights"].to(device),
+                prob["topk_ids"].to(device),
+            )
             if out.is_cuda:
                 torch.cuda.synchronize()
         out = out.float().cpu()
-        m["device_moe_config"] = [ln for ln in run_log if "configuration from" in ln or "default MoE config" in ln]
-        m["device_kernel"] = f"{type(method.moe_kernel.impl.fused_experts).__name__} via " \
-                             f"{type(method.moe_kernel.impl.prepare_finalize).__name__}"
+        m["device_moe_config"] = [
+            ln for ln in run_log if "configuration from" in ln or "default MoE config" in ln
+        ]
+        m["device_kernel"] = (
+            f"{type(method.moe_kernel.impl.fused_experts).__name__} via "
+            f"{type(method.moe_kernel.impl.prepare_finalize).__name__}"
+        )
         m["device_rel_err_vs_golden"] = numerics.rel_err(out, gold)
         m["device_rel_err_vs_bf16"] = numerics.rel_err(out, ref)
         # the reference emulation in both activation-scale roundings (numerics.group_quant_act)
-        by_rounding = {"amax*(1/max)": numerics.rel_err(out, emu),
-                       "amax/max": numerics.rel_err(out, numerics.block_fp8_emulated(prob, conv, fp8_dtype,
-                                                                                    scale_div=True))}
+        by_rounding = {
+            "amax*(1/max)": numerics.rel_err(out, emu),
+            "amax/max": numerics.rel_err(
+                out, numerics.block_fp8_emulated(prob, conv, fp8_dtype, scale_div=True)
+            ),
+        }
         m["device_vs_emulation_by_scale_rounding"] = by_rounding
         m["device_vs_emulation"] = min(by_rounding.values())
         m["device_nonfinite"] = int((~torch.isfinite(out)).sum())
@@ -222,8 +281,12 @@ def gate(m: dict, thr: dict) -> list[str]:
             bad.append(f"{key}={v:.4g} > {thr[tkey]:g}")
     if bad and m.get("worst_tile") and any(b.startswith("max_tile_rel_err_weights") for b in bad):
         name, e, nt, kt = m["worst_tile"]
-        bad = [b + f" (worst tile: {name} expert {e} tile [{nt},{kt}])" if b.startswith("max_tile") else b
-               for b in bad]
+        bad = [
+            b + f" (worst tile: {name} expert {e} tile [{nt},{kt}])"
+            if b.startswith("max_tile")
+            else b
+            for b in bad
+        ]
     if m.get("converted_nonfinite"):
         bad.append(f"{m['converted_nonfinite']} non-finite outputs")
     if m.get("device_nonfinite"):
@@ -245,25 +308,36 @@ def check_numerics_vs_native(manifest: dict, mode: str) -> dict:
     except golden.GoldenError as exc:
         raise CheckFailed(str(exc)) from None
     if doc.get("problem_version") != numerics.PROBLEM_VERSION:
-        raise CheckFailed(f"golden problem_version {doc.get('problem_version')} != {numerics.PROBLEM_VERSION}")
+        raise CheckFailed(
+            f"golden problem_version {doc.get('problem_version')} != {numerics.PROBLEM_VERSION}"
+        )
     params = dict(numerics.M3, **doc["problem"])
     prob = numerics.make_problem(params)
     sha = numerics.inputs_sha256(prob)
     if sha != doc["inputs_sha256"]:
-        raise CheckFailed(f"golden inputs_sha256 {doc['inputs_sha256'][:12]} != regenerated {sha[:12]}")
+        raise CheckFailed(
+            f"golden inputs_sha256 {doc['inputs_sha256'][:12]} != regenerated {sha[:12]}"
+        )
 
     arch = real_gpu_arch() if mode == "auto" else None
     on_gfx942 = arch is not None and arch.startswith("gfx94")
     fnuz = torch.float8_e4m3fnuz
     try:
-        m = evaluate(prob, gold, fp8_dtype=fnuz, cpu_layer_ctx=None if on_gfx942 else mocked_platform("gfx942"))
+        m = evaluate(
+            prob,
+            gold,
+            fp8_dtype=fnuz,
+            cpu_layer_ctx=None if on_gfx942 else mocked_platform("gfx942"),
+        )
         if on_gfx942:
             dev = evaluate(prob, gold, fp8_dtype=fnuz, device="cuda")
             m.update({k: v for k, v in dev.items() if k.startswith("device_")})
     except CheckFailed:
         raise
     except Exception as exc:
-        raise CheckFailed(f"the image's MXFP8 MoE layer failed: {type(exc).__name__}: {exc}") from None
+        raise CheckFailed(
+            f"the image's MXFP8 MoE layer failed: {type(exc).__name__}: {exc}"
+        ) from None
     m["shape"] = {k: params[k] for k in ("tokens", "hidden", "inter", "experts", "top_k")}
     m["golden_producer"] = doc.get("producer", {})
     m["thresholds"] = dict(thr)
@@ -281,11 +355,17 @@ def record_golden(out_path, *, emulate: bool) -> dict:
     prob = numerics.make_problem(numerics.M3)
     if emulate:
         out = numerics.native_mxfp8_emulated(prob)
-        producer = {"kind": "cpu-emulation", "of": "vllm fused_moe_mxfp8_native (gfx950)", "torch": torch.__version__}
+        producer = {
+            "kind": "cpu-emulation",
+            "of": "vllm fused_moe_mxfp8_native (gfx950)",
+            "torch": torch.__version__,
+        }
     else:
         arch = real_gpu_arch()
         if arch is None or not arch.startswith("gfx95"):
-            raise RuntimeError(f"record-golden needs a gfx950 (MI355X) GPU, found {arch or 'none'}; use --emulate for the CPU emulation")
+            raise RuntimeError(
+                f"record-golden needs a gfx950 (MI355X) GPU, found {arch or 'none'}; use --emulate for the CPU emulation"
+            )
         import vllm
 
         out = numerics.native_mxfp8_device(prob)

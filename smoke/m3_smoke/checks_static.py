@@ -85,7 +85,9 @@ def check_tables_installed(manifest: dict) -> dict:
             continue
         data = path.read_bytes()
         if sha256_bytes(data) != t["sha256"]:
-            problems.append(f"{name} sha256 {sha256_bytes(data)[:12]} != manifest {t['sha256'][:12]}")
+            problems.append(
+                f"{name} sha256 {sha256_bytes(data)[:12]} != manifest {t['sha256'][:12]}"
+            )
             continue
         try:
             keys = sorted(_parse_table(path))

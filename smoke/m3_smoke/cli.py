@@ -11,16 +11,22 @@ from m3_smoke import CHECK_NAMES, __version__
 
 
 def _build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python3 -m m3_smoke", description="m3-image smoke-test suite")
+    ap = argparse.ArgumentParser(
+        prog="python3 -m m3_smoke", description="m3-image smoke-test suite"
+    )
     sub = ap.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run", help="run the checks, write report.json and junit.xml")
     r.add_argument("--manifest", default="/opt/m3-image/manifest.json")
     r.add_argument("--report-dir", required=True)
     r.add_argument("--platform", choices=("auto", "mock"), default="auto")
-    r.add_argument("--checks", default=",".join(CHECK_NAMES), help="comma-separated subset (default: all)")
+    r.add_argument(
+        "--checks", default=",".join(CHECK_NAMES), help="comma-separated subset (default: all)"
+    )
     g = sub.add_parser("record-golden", help="record the native MI355X MXFP8 golden output")
     g.add_argument("--out", required=True)
-    g.add_argument("--emulate", action="store_true", help="exact CPU emulation instead of the gfx950 kernel")
+    g.add_argument(
+        "--emulate", action="store_true", help="exact CPU emulation instead of the gfx950 kernel"
+    )
     return ap
 
 
@@ -78,7 +84,9 @@ def _run(args) -> int:
         import torch
         import vllm
 
-        meta.update(torch=torch.__version__, vllm=getattr(vllm, "__version__", "?"), hip=torch.version.hip)
+        meta.update(
+            torch=torch.__version__, vllm=getattr(vllm, "__version__", "?"), hip=torch.version.hip
+        )
         meta["gpu_arch"] = vllm_env.real_gpu_arch()
     except Exception:
         pass
@@ -95,7 +103,9 @@ def _record(args) -> int:
     except RuntimeError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(f"wrote {args.out} ({doc['producer']['kind']}, output sha256 {doc['output']['sha256'][:16]})")
+    print(
+        f"wrote {args.out} ({doc['producer']['kind']}, output sha256 {doc['output']['sha256'][:16]})"
+    )
     return 0
 
 

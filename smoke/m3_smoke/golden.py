@@ -59,6 +59,8 @@ def load(path: str | Path) -> tuple[dict, torch.Tensor]:
     if hashlib.sha256(raw).hexdigest() != o["sha256"]:
         raise GoldenError(f"golden {path}: output sha256 mismatch (corrupt file)")
     if o["dtype"] != "bfloat16" or o["byteorder"] != sys.byteorder:
-        raise GoldenError(f"golden {path}: unsupported dtype/byteorder {o['dtype']}/{o['byteorder']}")
+        raise GoldenError(
+            f"golden {path}: unsupported dtype/byteorder {o['dtype']}/{o['byteorder']}"
+        )
     t = torch.frombuffer(bytearray(raw), dtype=torch.bfloat16).clone().view(*o["shape"])
     return doc, t

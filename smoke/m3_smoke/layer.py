@@ -26,7 +26,11 @@ def image_swiglu() -> dict:
     import importlib
 
     cfg = importlib.import_module(CONFIG_MODULE).MiniMaxM3TextConfig()
-    return {"alpha": float(cfg.swiglu_alpha), "beta": float(cfg.swiglu_beta), "limit": float(cfg.swiglu_limit)}
+    return {
+        "alpha": float(cfg.swiglu_alpha),
+        "beta": float(cfg.swiglu_beta),
+        "limit": float(cfg.swiglu_limit),
+    }
 
 
 def _layer(w13, w13_scale, w2, w2_scale, swiglu: dict):
@@ -47,14 +51,20 @@ def _layer(w13, w13_scale, w2, w2_scale, swiglu: dict):
     layer.intermediate_size_per_partition = N2 // 2
     layer.num_experts = layer.global_num_experts = layer.local_num_experts = E
     layer.orig_dtype = layer.params_dtype = torch.bfloat16
-    layer.swiglu_alpha, layer.swiglu_beta, layer.swiglu_limit = swiglu["alpha"], swiglu["beta"], swiglu["limit"]
+    layer.swiglu_alpha, layer.swiglu_beta, layer.swiglu_limit = (
+        swiglu["alpha"],
+        swiglu["beta"],
+        swiglu["limit"],
+    )
     layer.expert_map = None
     layer.activation = MoEActivation.SWIGLUOAI_UNINTERLEAVE
     layer.apply_router_weight_on_input = False
     return layer
 
 
-def build_layer(w13, w13_scale, w2, w2_scale, *, swiglu: dict, select_ctx=None, capture_kernel: bool = False):
+def build_layer(
+    w13, w13_scale, w2, w2_scale, *, swiglu: dict, select_ctx=None, capture_kernel: bool = False
+):
     """Create the ModelOpt MXFP8 MoE method + layer and run its load path.
 
     ``select_ctx``: a context manager active while the method picks its backend
@@ -79,7 +89,9 @@ def build_layer(w13, w13_scale, w2, w2_scale, *, swiglu: dict, select_ctx=None, 
         return real_make(**kwargs)
 
     with captured_vllm_log() as log, mock.patch.object(mo, "make_fp8_moe_kernel", _make):
-        cfg = moe_config(num_experts=E, hidden=H, intermediate=N2 // 2, swiglu=swiglu, device=str(w13.device))
+        cfg = moe_config(
+            num_experts=E, hidden=H, intermediate=N2 // 2, swiglu=swiglu, device=str(w13.device)
+        )
         qc = types.SimpleNamespace(is_checkpoint_mxfp8_serialized=True)
         with select_ctx if select_ctx is not None else contextlib.nullcontext():
             method = mo.ModelOptMxFp8FusedMoE(qc, cfg)

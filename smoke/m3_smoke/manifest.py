@@ -115,8 +115,7 @@ def validate_manifest(data: Any) -> dict:
     out["thresholds"] = merged
     req = data.get("required_tables", [list(x) for x in DEFAULT_REQUIRED_TABLES])
     if not isinstance(req, list) or not all(
-        isinstance(x, list) and len(x) == 2 and all(isinstance(y, int) for y in x)
-        for x in req
+        isinstance(x, list) and len(x) == 2 and all(isinstance(y, int) for y in x) for x in req
     ):
         _fail("required_tables", "expected a list of [E, N] integer pairs")
     out["required_tables"] = [tuple(x) for x in req]
@@ -132,6 +131,7 @@ def load_manifest(path: str | Path) -> dict:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise ManifestError(f"manifest {path}: invalid JSON at line {exc.lineno}: {exc.msg}") from None
+        raise ManifestError(
+            f"manifest {path}: invalid JSON at line {exc.lineno}: {exc.msg}"
+        ) from None
     return validate_manifest(data)
-

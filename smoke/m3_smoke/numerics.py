@@ -138,7 +138,11 @@ def make_problem(p: dict = M3, device="cpu") -> dict:
 
 def tensor_bytes(t: torch.Tensor) -> bytes:
     t = t.detach().contiguous().cpu()
-    flat = t.view(torch.uint8).reshape(-1) if t.element_size() == 1 else t.reshape(-1).view(torch.uint8)
+    flat = (
+        t.view(torch.uint8).reshape(-1)
+        if t.element_size() == 1
+        else t.reshape(-1).view(torch.uint8)
+    )
     buf = bytearray(flat.numel())
     torch.frombuffer(buf, dtype=torch.uint8).copy_(flat)
     return bytes(buf)
@@ -180,8 +184,13 @@ def swiglu_oai(g: torch.Tensor, alpha: float, beta: float, limit: float | None) 
     return gate * torch.sigmoid(alpha * gate) * (up + beta)
 
 
-def group_quant_act(x: torch.Tensor, fp8_dtype: torch.dtype, fp8_max: float, group: int = 128,
-                    scale_div: bool = False):
+def group_quant_act(
+    x: torch.Tensor,
+    fp8_dtype: torch.dtype,
+    fp8_max: float,
+    group: int = 128,
+    scale_div: bool = False,
+):
     """vLLM ``per_token_group_quant_fp8`` (1x128), returned dequantized in fp64.
 
     ``scale_div``: the scale as ``amax / fp8_max`` (IEEE division) instead of
@@ -268,15 +277,24 @@ def convert_weights(prob: dict, convert, fp8_dtype=torch.float8_e4m3fnuz) -> dic
         bw, bs = convert(q, s, fp8_dtype=fp8_dtype, block_size=128)
         want_s = (E, -(-N // 128), -(-K // 128))
         if bw.dtype != fp8_dtype or tuple(bw.shape) != (E, N, K):
-            raise ValueError(f"{name}: converted weight {bw.dtype}{list(bw.shape)}, want {fp8_dtype}{[E, N, K]}")
+            raise ValueError(
+                f"{name}: converted weight {bw.dtype}{list(bw.shape)}, want {fp8_dtype}{[E, N, K]}"
+            )
         if bs.dtype != torch.float32 or tuple(bs.shape) != want_s:
-            raise ValueError(f"{name}: converted scale {bs.dtype}{list(bs.shape)}, want float32{list(want_s)}")
+            raise ValueError(
+                f"{name}: converted scale {bs.dtype}{list(bs.shape)}, want float32{list(want_s)}"
+            )
         out[name], out[f"{name}_scale"] = bw, bs
     return out
 
 
-def block_fp8_emulated(prob: dict, conv: dict, fp8_dtype=torch.float8_e4m3fnuz, swiglu: dict | None = None,
-                       scale_div: bool = False) -> torch.Tensor:
+def block_fp8_emulated(
+    prob: dict,
+    conv: dict,
+    fp8_dtype=torch.float8_e4m3fnuz,
+    swiglu: dict | None = None,
+    scale_div: bool = False,
+) -> torch.Tensor:
     """CPU emulation of vLLM's Triton block-FP8 fused MoE on the converted weights.
 
     ``swiglu`` ({alpha, beta, limit}): the activation's parameters; default: the
@@ -325,7 +343,9 @@ def native_mxfp8_device(prob: dict, device: str = "cuda") -> torch.Tensor:
     return out.cpu()
 
 
-def tile_rel_errors(q: torch.Tensor, s: torch.Tensor, bq: torch.Tensor, bs: torch.Tensor, block: int = 128):
+def tile_rel_errors(
+    q: torch.Tensor, s: torch.Tensor, bq: torch.Tensor, bs: torch.Tensor, block: int = 128
+):
     """Relative Frobenius error of each 128x128 tile of the converted weights
     (``bq``, ``bs``) against the MXFP8 weights (``q``, ``s``), one expert:
     returns [ceil(N/128), ceil(K/128)] float64 (0 where the tile is all zero)."""

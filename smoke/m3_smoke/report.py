@@ -81,9 +81,7 @@ def write_reports(report_dir: Path, results: list[CheckResult], meta: dict) -> d
         "passed": not failed,
         "failed_checks": failed,
         "checks": [_jsonable(r.to_json()) for r in results],
-        "meta": _jsonable(
-            {"python": sys.version.split()[0], "host": platform.node(), **meta}
-        ),
+        "meta": _jsonable({"python": sys.version.split()[0], "host": platform.node(), **meta}),
     }
     (report_dir / "report.json").write_text(json.dumps(report, indent=2, sort_keys=False) + "\n")
 
@@ -106,7 +104,9 @@ def write_reports(report_dir: Path, results: list[CheckResult], meta: dict) -> d
         elif r.details:
             out = ET.SubElement(case, "system-out")
             out.text = json.dumps(_jsonable(r.details), indent=2)
-    suites = ET.Element("testsuites", name="m3_smoke", tests=str(len(results)), failures=str(len(failed)))
+    suites = ET.Element(
+        "testsuites", name="m3_smoke", tests=str(len(results)), failures=str(len(failed))
+    )
     suites.append(suite)
     ET.ElementTree(suites).write(report_dir / "junit.xml", encoding="utf-8", xml_declaration=True)
     return report

@@ -82,7 +82,8 @@ def mocked_platform(arch: str, device_name: str = "AMD_Instinct_MI300X"):
         "get_device_name": lambda device_id=0: device_name,
         "get_device_capability": lambda device_id=0: cap,
         "has_device_capability": lambda capability, device_id=0: (
-            cap.to_int() >= (capability if isinstance(capability, int) else capability[0] * 10 + capability[1])
+            cap.to_int()
+            >= (capability if isinstance(capability, int) else capability[0] * 10 + capability[1])
         ),
         "is_device_capability": lambda capability, device_id=0: False,
         "is_device_capability_family": lambda capability, device_id=0: False,
@@ -158,7 +159,9 @@ def captured_vllm_log():
         lg.setLevel(old)
 
 
-def moe_config(*, num_experts=128, top_k=4, hidden=6144, intermediate=3072, swiglu=None, device="cpu"):
+def moe_config(
+    *, num_experts=128, top_k=4, hidden=6144, intermediate=3072, swiglu=None, device="cpu"
+):
     """A MiniMax-M3-shaped ``FusedMoEConfig`` (TP1 view of one MoE layer)."""
     from vllm.model_executor.layers.fused_moe.activation import MoEActivation
     from vllm.model_executor.layers.fused_moe.config import (

@@ -18,25 +18,8 @@ DIGEST_A = "sha256:" + "a" * 64
 DIGEST_B = "sha256:" + "b" * 64
 TABLE_NAME = "E=1,N=2,device_name=AMD_Instinct_MI300X.json"
 
-A_PY = (
-    "def f():\n"
-    "    return 1\n"
-    "\n"
-    "\n"
-    "def g():\n"
-    "    return 2\n"
-    "\n"
-    "\n"
-    "def h():\n"
-    "    return 3\n"
-)
-B_PY = (
-    "X = 1\n"
-    "Y = 2\n"
-    "Z = 3\n"
-    "W = 4\n"
-    "V = 5\n"
-)
+A_PY = "def f():\n    return 1\n\n\ndef g():\n    return 2\n\n\ndef h():\n    return 3\n"
+B_PY = "X = 1\nY = 2\nZ = 3\nW = 4\nV = 5\n"
 
 
 def assert_one_line(exc: BaseException, *needles: str) -> str:
@@ -87,7 +70,10 @@ def tree(tmp_path: Path) -> Path:
 @pytest.fixture
 def write_series(tmp_path: Path):
     """write_series({"0001-x.patch": text, ...}, extra_lines=...) -> series path (in order)."""
-    def _write(patches: dict[str, str], lines: list[str] | None = None, folder: str = "patches") -> Path:
+
+    def _write(
+        patches: dict[str, str], lines: list[str] | None = None, folder: str = "patches"
+    ) -> Path:
         where = tmp_path / folder
         where.mkdir(exist_ok=True)
         for name, text in patches.items():
@@ -95,6 +81,7 @@ def write_series(tmp_path: Path):
         series = where / "series"
         series.write_text("\n".join(lines if lines is not None else list(patches)) + "\n")
         return series
+
     return _write
 
 
@@ -105,9 +92,17 @@ def minimal_doc() -> dict:
         "targets": {
             "t": {
                 "description": "tiny target",
-                "base": {"image": "127.0.0.1:5000/m3/base:v1", "digest": DIGEST_A, "platform": "linux/amd64"},
-                "vllm": {"root": "/usr/lib/python3/dist-packages/vllm", "python": "/usr/bin/python3",
-                         "version": "0.24.0", "revision": "v0.24.0"},
+                "base": {
+                    "image": "127.0.0.1:5000/m3/base:v1",
+                    "digest": DIGEST_A,
+                    "platform": "linux/amd64",
+                },
+                "vllm": {
+                    "root": "/usr/lib/python3/dist-packages/vllm",
+                    "python": "/usr/bin/python3",
+                    "version": "0.24.0",
+                    "revision": "v0.24.0",
+                },
                 "series": "patches/series",
                 "expect": {"a.py": "0123abc", "new.py": "absent"},
                 "tables": [f"tuning/{TABLE_NAME}"],
@@ -126,7 +121,9 @@ def project(tmp_path: Path) -> Path:
     root = tmp_path / "proj"
     (root / "patches").mkdir(parents=True)
     (root / "tuning").mkdir()
-    (root / "patches" / "0001-a.patch").write_text(udiff(A_PY, A_PY.replace("return 1", "return 10"), "vllm/a.py"))
+    (root / "patches" / "0001-a.patch").write_text(
+        udiff(A_PY, A_PY.replace("return 1", "return 10"), "vllm/a.py")
+    )
     (root / "patches" / "series").write_text("# tiny\n0001-a.patch\n")
     (root / "tuning" / TABLE_NAME).write_text('{"1": {"BLOCK_SIZE_M": 16}}\n')
     return root
@@ -135,10 +132,12 @@ def project(tmp_path: Path) -> Path:
 @pytest.fixture
 def write_spec(project: Path):
     """write_spec(doc_or_text) -> path of project/image.yaml."""
+
     def _write(doc: dict | str) -> Path:
         path = project / "image.yaml"
         path.write_text(doc if isinstance(doc, str) else yaml.safe_dump(doc, sort_keys=False))
         return path
+
     return _write
 
 

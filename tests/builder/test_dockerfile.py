@@ -7,20 +7,25 @@ from pathlib import Path
 
 import jinja2
 import pytest
+from m3_builder_testlib import assert_one_line
 
 import builder.dockerfile as dockerfile
 from builder.dockerfile import dockerfile_quote, render_delta_dockerfile
 from builder.errors import BuilderError
 from builder.inputs import DELTA_TEMPLATE
-from m3_builder_testlib import assert_one_line
 
 BASE_REF = "127.0.0.1:5000/m3/base@sha256:" + "a" * 64
 ALLOWED = ("FROM ", "COPY ", "LABEL ", "ENV ")
 
 
 def render(labels=None, env=None, **kw) -> str:
-    args = dict(builder_version="0.1.0", target="t", base_reference=BASE_REF,
-                labels=labels if labels is not None else {}, env=env if env is not None else {})
+    args = dict(
+        builder_version="0.1.0",
+        target="t",
+        base_reference=BASE_REF,
+        labels=labels if labels is not None else {},
+        env=env if env is not None else {},
+    )
     args.update(kw)
     return render_delta_dockerfile(**args)
 
@@ -56,21 +61,26 @@ def parse_pairs(args: str) -> dict[str, str]:
     return pairs
 
 
-@pytest.mark.parametrize("value, quoted", [
-    ("plain", '"plain"'),
-    ('say "hi"', '"say \\"hi\\""'),
-    ("C:\\path\\", '"C:\\\\path\\\\"'),
-    ("$HOME ${X}", '"\\$HOME \\${X}"'),
-    ("$(id) \"q\" \\ back", '"\\$(id) \\"q\\" \\\\ back"'),
-    ("", '""'),
-    (42, '"42"'),
-    ("ünïcode ✓", '"ünïcode ✓"'),
-])
+@pytest.mark.parametrize(
+    "value, quoted",
+    [
+        ("plain", '"plain"'),
+        ('say "hi"', '"say \\"hi\\""'),
+        ("C:\\path\\", '"C:\\\\path\\\\"'),
+        ("$HOME ${X}", '"\\$HOME \\${X}"'),
+        ('$(id) "q" \\ back', '"\\$(id) \\"q\\" \\\\ back"'),
+        ("", '""'),
+        (42, '"42"'),
+        ("ünïcode ✓", '"ünïcode ✓"'),
+    ],
+)
 def test_dockerfile_quote_exact(value, quoted):
     assert dockerfile_quote(value) == quoted
 
 
-@pytest.mark.parametrize("value", ["a\nb", "a\rb", "tab\there", "nul\x00", "del\x7f", "x\nRUN rm -rf /"])
+@pytest.mark.parametrize(
+    "value", ["a\nb", "a\rb", "tab\there", "nul\x00", "del\x7f", "x\nRUN rm -rf /"]
+)
 def test_dockerfile_quote_refuses_control_characters(value):
     with pytest.raises(BuilderError) as info:
         dockerfile_quote(value)
@@ -78,8 +88,10 @@ def test_dockerfile_quote_refuses_control_characters(value):
 
 
 def test_render_exact_instructions_sorted_and_quoted():
-    text = render(labels={"org.z": "last", "org.a": '$(id) "q" \\ back', "m3.lock": "x"},
-                  env={"ZED": "z", "AAA": "$PATH:/x", "M3_FLAG": "1"})
+    text = render(
+        labels={"org.z": "last", "org.a": '$(id) "q" \\ back', "m3.lock": "x"},
+        env={"ZED": "z", "AAA": "$PATH:/x", "M3_FLAG": "1"},
+    )
     assert instructions(text) == [
         "FROM scratch",
         "COPY delta/ /",
@@ -91,8 +103,12 @@ def test_render_exact_instructions_sorted_and_quoted():
     assert text.endswith("\n")
     # round trip through a Dockerfile-style parser gives the values back exactly
     label_line, env_line = instructions(text)[2:]
-    assert parse_pairs(label_line[len("LABEL "):]) == {"m3.lock": "x", "org.a": '$(id) "q" \\ back', "org.z": "last"}
-    assert parse_pairs(env_line[len("ENV "):]) == {"AAA": "$PATH:/x", "M3_FLAG": "1", "ZED": "z"}
+    assert parse_pairs(label_line[len("LABEL ") :]) == {
+        "m3.lock": "x",
+        "org.a": '$(id) "q" \\ back',
+        "org.z": "last",
+    }
+    assert parse_pairs(env_line[len("ENV ") :]) == {"AAA": "$PATH:/x", "M3_FLAG": "1", "ZED": "z"}
 
 
 def test_render_is_deterministic_regardless_of_dict_order():
@@ -128,11 +144,17 @@ def test_bad_keys_refused(key):
     assert_one_line(info.value, "Dockerfile key", repr(key))
 
 
-@pytest.mark.parametrize("labels, env", [
-    ({"org.a": '$(id) "q" \\ back', "org.b": "`id`; echo pwned", "org.c": "\\"}, {"X": "\\\\\\", "Y": '"; RUN id; "'}),
-    ({"org.a": "FROM evil"}, {"RUN": "rm -rf /"}),
-    ({"org.a": "a \\ RUN id"}, {"E": "${X:-$(id)}"}),
-])
+@pytest.mark.parametrize(
+    "labels, env",
+    [
+        (
+            {"org.a": '$(id) "q" \\ back', "org.b": "`id`; echo pwned", "org.c": "\\"},
+            {"X": "\\\\\\", "Y": '"; RUN id; "'},
+        ),
+        ({"org.a": "FROM evil"}, {"RUN": "rm -rf /"}),
+        ({"org.a": "a \\ RUN id"}, {"E": "${X:-$(id)}"}),
+    ],
+)
 def test_no_instruction_can_be_injected(labels, env):
     text = render(labels=labels, env=env)
     logical = instructions(text)
@@ -145,12 +167,14 @@ def test_no_instruction_can_be_injected(labels, env):
         assert continued or line.startswith(ALLOWED), line
         continued = line.endswith("\\") and not line.endswith("\\\\")
     assert [l.split(" ", 1)[0] for l in logical] == ["FROM", "COPY", "LABEL", "ENV"]
-    assert parse_pairs(logical[2][len("LABEL "):]) == labels
-    assert parse_pairs(logical[3][len("ENV "):]) == env
+    assert parse_pairs(logical[2][len("LABEL ") :]) == labels
+    assert parse_pairs(logical[3][len("ENV ") :]) == env
 
 
 def test_strict_undefined(tmp_path, monkeypatch):
-    (tmp_path / DELTA_TEMPLATE).write_text("FROM scratch\nLABEL x={{ no_such_variable | dockerfile_quote }}\n")
+    (tmp_path / DELTA_TEMPLATE).write_text(
+        "FROM scratch\nLABEL x={{ no_such_variable | dockerfile_quote }}\n"
+    )
     monkeypatch.setattr(dockerfile, "TEMPLATE_DIR", tmp_path)
     with pytest.raises(BuilderError) as info:
         render()

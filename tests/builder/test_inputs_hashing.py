@@ -16,15 +16,19 @@ REPO = Path(__file__).resolve().parents[2]
 
 def _modules() -> list[str]:
     root = REPO / "builder"
-    return sorted(p.relative_to(root).as_posix() for p in root.rglob("*.py") if "__pycache__" not in p.parts)
+    return sorted(
+        p.relative_to(root).as_posix() for p in root.rglob("*.py") if "__pycache__" not in p.parts
+    )
 
 
 def test_every_builder_module_is_classified_once():
     for module in _modules():
         shaping = module in IMAGE_SHAPING
         not_shaping = any(fnmatch.fnmatch(module, pattern) for pattern in NOT_IMAGE_SHAPING)
-        assert shaping != not_shaping, (f"builder/{module}: list it in exactly one of inputs.IMAGE_SHAPING "
-                                        f"(it changes image bytes) or inputs.NOT_IMAGE_SHAPING")
+        assert shaping != not_shaping, (
+            f"builder/{module}: list it in exactly one of inputs.IMAGE_SHAPING "
+            f"(it changes image bytes) or inputs.NOT_IMAGE_SHAPING"
+        )
     assert set(IMAGE_SHAPING) <= set(_modules())
 
 
@@ -41,7 +45,9 @@ def builder_copy(tmp_path, monkeypatch) -> Path:
     return copy
 
 
-@pytest.mark.parametrize("module", ["validate.py", "delivery.py", "commands/push.py", "cli.py", "verify.py"])
+@pytest.mark.parametrize(
+    "module", ["validate.py", "delivery.py", "commands/push.py", "cli.py", "verify.py"]
+)
 def test_editing_a_module_that_does_not_shape_the_image_keeps_the_digest(builder_copy, module):
     before = builder_digest()
     with (builder_copy / module).open("a") as handle:
@@ -55,4 +61,3 @@ def test_editing_a_module_that_shapes_the_image_changes_the_digest(builder_copy,
     with (builder_copy / module).open("a") as handle:
         handle.write("\n# an edit\n")
     assert builder_digest() != before
-

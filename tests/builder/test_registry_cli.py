@@ -8,29 +8,57 @@ from pathlib import Path
 
 import pytest
 import yaml
+from m3_builder_testlib import DIGEST_A, REPO, minimal_doc
 
 from builder.registry import DOCKER_HUB, Reference, parse_reference
-from m3_builder_testlib import DIGEST_A, REPO, minimal_doc
 
 VENV_PYTHON = sys.executable  # the interpreter running the suite (the project venv)
 
 
-@pytest.mark.parametrize("ref, expected, name", [
-    ("vllm/vllm-openai-rocm:minimax-m3",
-     Reference(DOCKER_HUB, "vllm/vllm-openai-rocm", "minimax-m3", None), "docker.io/vllm/vllm-openai-rocm"),
-    ("docker.io/vllm/vllm-openai-rocm:minimax-m3",
-     Reference(DOCKER_HUB, "vllm/vllm-openai-rocm", "minimax-m3", None), "docker.io/vllm/vllm-openai-rocm"),
-    ("ubuntu", Reference(DOCKER_HUB, "library/ubuntu", None, None), "docker.io/library/ubuntu"),
-    ("ubuntu:22.04", Reference(DOCKER_HUB, "library/ubuntu", "22.04", None), "docker.io/library/ubuntu"),
-    ("index.docker.io/ubuntu", Reference(DOCKER_HUB, "library/ubuntu", None, None), "docker.io/library/ubuntu"),
-    (f"127.0.0.1:5000/a/b:t@{DIGEST_A}", Reference("127.0.0.1:5000", "a/b", "t", DIGEST_A), "127.0.0.1:5000/a/b"),
-    (f"127.0.0.1:5000/a/b@{DIGEST_A}", Reference("127.0.0.1:5000", "a/b", None, DIGEST_A), "127.0.0.1:5000/a/b"),
-    ("localhost/x", Reference("localhost", "x", None, None), "localhost/x"),
-    ("localhost:5000/x:1", Reference("localhost:5000", "x", "1", None), "localhost:5000/x"),
-    ("registry.invalid/m3-image/out", Reference("registry.invalid", "m3-image/out", None, None),
-     "registry.invalid/m3-image/out"),
-    ("ghcr.io/org/img:v1", Reference("ghcr.io", "org/img", "v1", None), "ghcr.io/org/img"),
-])
+@pytest.mark.parametrize(
+    "ref, expected, name",
+    [
+        (
+            "vllm/vllm-openai-rocm:minimax-m3",
+            Reference(DOCKER_HUB, "vllm/vllm-openai-rocm", "minimax-m3", None),
+            "docker.io/vllm/vllm-openai-rocm",
+        ),
+        (
+            "docker.io/vllm/vllm-openai-rocm:minimax-m3",
+            Reference(DOCKER_HUB, "vllm/vllm-openai-rocm", "minimax-m3", None),
+            "docker.io/vllm/vllm-openai-rocm",
+        ),
+        ("ubuntu", Reference(DOCKER_HUB, "library/ubuntu", None, None), "docker.io/library/ubuntu"),
+        (
+            "ubuntu:22.04",
+            Reference(DOCKER_HUB, "library/ubuntu", "22.04", None),
+            "docker.io/library/ubuntu",
+        ),
+        (
+            "index.docker.io/ubuntu",
+            Reference(DOCKER_HUB, "library/ubuntu", None, None),
+            "docker.io/library/ubuntu",
+        ),
+        (
+            f"127.0.0.1:5000/a/b:t@{DIGEST_A}",
+            Reference("127.0.0.1:5000", "a/b", "t", DIGEST_A),
+            "127.0.0.1:5000/a/b",
+        ),
+        (
+            f"127.0.0.1:5000/a/b@{DIGEST_A}",
+            Reference("127.0.0.1:5000", "a/b", None, DIGEST_A),
+            "127.0.0.1:5000/a/b",
+        ),
+        ("localhost/x", Reference("localhost", "x", None, None), "localhost/x"),
+        ("localhost:5000/x:1", Reference("localhost:5000", "x", "1", None), "localhost:5000/x"),
+        (
+            "registry.invalid/m3-image/out",
+            Reference("registry.invalid", "m3-image/out", None, None),
+            "registry.invalid/m3-image/out",
+        ),
+        ("ghcr.io/org/img:v1", Reference("ghcr.io", "org/img", "v1", None), "ghcr.io/org/img"),
+    ],
+)
 def test_parse_reference(ref, expected, name):
     parsed = parse_reference(ref)
     assert parsed == expected
@@ -39,9 +67,15 @@ def test_parse_reference(ref, expected, name):
 
 # --------------------------------------------------------------------------- CLI
 
+
 def _run_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([VENV_PYTHON, "-m", "builder", *args], cwd=str(REPO), capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run(
+        [VENV_PYTHON, "-m", "builder", *args],
+        cwd=str(REPO),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def _bad_spec(tmp_path: Path, mutate) -> Path:
@@ -56,11 +90,21 @@ def _bad_spec(tmp_path: Path, mutate) -> Path:
     return spec
 
 
-@pytest.mark.parametrize("mutate, needles", [
-    (lambda d: d["targets"]["t"].update(bsae=d["targets"]["t"].pop("base")), ["targets.t.bsae: unknown key"]),
-    (lambda d: d["targets"]["t"]["labels"].update({"org.x": "a\nRUN id"}), ["targets.t.labels.org.x", "control"]),
-    (lambda d: d.update(schema=7), ["schema: unsupported schema 7"]),
-], ids=["unknown-key", "label-newline", "schema"])
+@pytest.mark.parametrize(
+    "mutate, needles",
+    [
+        (
+            lambda d: d["targets"]["t"].update(bsae=d["targets"]["t"].pop("base")),
+            ["targets.t.bsae: unknown key"],
+        ),
+        (
+            lambda d: d["targets"]["t"]["labels"].update({"org.x": "a\nRUN id"}),
+            ["targets.t.labels.org.x", "control"],
+        ),
+        (lambda d: d.update(schema=7), ["schema: unsupported schema 7"]),
+    ],
+    ids=["unknown-key", "label-newline", "schema"],
+)
 def test_cli_bad_spec_is_one_line_exit_2(tmp_path, mutate, needles):
     spec = _bad_spec(tmp_path, mutate)
     result = _run_cli("--spec", str(spec), "image")
@@ -77,7 +121,9 @@ def test_cli_bad_spec_is_one_line_exit_2(tmp_path, mutate, needles):
 def test_cli_missing_spec_is_one_line_exit_2(tmp_path):
     result = _run_cli("--spec", str(tmp_path / "nope.yaml"), "image")
     assert result.returncode == 2
-    assert result.stderr.splitlines() == [f"error: {tmp_path / 'nope.yaml'}: cannot read spec: No such file or directory"]
+    assert result.stderr.splitlines() == [
+        f"error: {tmp_path / 'nope.yaml'}: cannot read spec: No such file or directory"
+    ]
 
 
 def test_cli_invalid_yaml_names_line(tmp_path):
@@ -86,7 +132,11 @@ def test_cli_invalid_yaml_names_line(tmp_path):
     result = _run_cli("--spec", str(spec), "image")
     assert result.returncode == 2
     lines = result.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith(f"error: {spec}: line ") and "invalid YAML" in lines[0], lines
+    assert (
+        len(lines) == 1
+        and lines[0].startswith(f"error: {spec}: line ")
+        and "invalid YAML" in lines[0]
+    ), lines
 
 
 def test_cli_unknown_target_is_one_line_exit_2(tmp_path):

@@ -6,10 +6,10 @@ import copy
 from pathlib import Path, PurePosixPath
 
 import pytest
+from m3_builder_testlib import DIGEST_A, TABLE_NAME, assert_one_line, minimal_doc
 
 from builder.errors import SpecError
 from builder.spec import BaseImage, Spec, Table, Target, UnpinnedTarget, load_spec
-from m3_builder_testlib import DIGEST_A, TABLE_NAME, assert_one_line, minimal_doc
 
 
 def test_minimal_spec_loads_into_dataclasses(write_spec, project):
@@ -22,15 +22,26 @@ def test_minimal_spec_loads_into_dataclasses(write_spec, project):
     target = spec.target(None)
     assert target is spec.target("t")
     assert target == Target(
-        name="t", spec_file=path, description="tiny target",
-        base=BaseImage(image="127.0.0.1:5000/m3/base:v1", digest=DIGEST_A, platform="linux/amd64", digest_file=None),
-        vllm_root=PurePosixPath("/usr/lib/python3/dist-packages/vllm"), python="/usr/bin/python3",
-        vllm_version="0.24.0", vllm_revision="v0.24.0",
+        name="t",
+        spec_file=path,
+        description="tiny target",
+        base=BaseImage(
+            image="127.0.0.1:5000/m3/base:v1",
+            digest=DIGEST_A,
+            platform="linux/amd64",
+            digest_file=None,
+        ),
+        vllm_root=PurePosixPath("/usr/lib/python3/dist-packages/vllm"),
+        python="/usr/bin/python3",
+        vllm_version="0.24.0",
+        vllm_revision="v0.24.0",
         series=project / "patches" / "series",
         expect={"a.py": "0123abc", "new.py": "absent"},
         tables=(Table(source=project / "tuning" / TABLE_NAME, name=TABLE_NAME),),
-        repository="127.0.0.1:5000/m3/out", aliases=("latest", "v1.0"),
-        labels={"org.example.title": "tiny"}, env={"M3_FLAG": "1"},
+        repository="127.0.0.1:5000/m3/out",
+        aliases=("latest", "v1.0"),
+        labels={"org.example.title": "tiny"},
+        env={"M3_FLAG": "1"},
         lock_file=project / "locks" / "t.lock.yaml",
     )
     assert target.project_root == project
@@ -70,14 +81,20 @@ def test_missing_digest_file_gives_unpinned_target(write_spec, project):
     base["image"] = "docker.io/vllm/vllm-openai-rocm:minimax-m3"
     base["digest_file"] = "pins/t.digest"
     path = write_spec(doc)
-    spec = load_spec(path)          # loading is fine: `builder pin` needs the target
+    spec = load_spec(path)  # loading is fine: `builder pin` needs the target
     unpinned = spec.targets["t"]
     assert isinstance(unpinned, UnpinnedTarget)
     assert unpinned.name == "t"
     assert unpinned.image == "docker.io/vllm/vllm-openai-rocm:minimax-m3"
     assert unpinned.digest_file == project / "pins" / "t.digest"
-    assert_one_line(SpecError(unpinned.reason), str(path), "targets.t.base.image", "pins/t.digest",
-                    "docker.io/vllm/vllm-openai-rocm:minimax-m3", "python -m builder pin t")
+    assert_one_line(
+        SpecError(unpinned.reason),
+        str(path),
+        "targets.t.base.image",
+        "pins/t.digest",
+        "docker.io/vllm/vllm-openai-rocm:minimax-m3",
+        "python -m builder pin t",
+    )
     with pytest.raises(SpecError) as info:
         spec.target("t")
     assert str(info.value) == unpinned.reason
@@ -95,6 +112,7 @@ def test_unknown_target_name_is_refused(write_spec):
 
 def _set(path: str, value):
     """A mutator setting doc[a][b]... = value (value None with delete=True removes)."""
+
     def mutate(doc):
         keys = path.split("/")
         node = doc
@@ -107,6 +125,7 @@ def _set(path: str, value):
             node[int(last)] = value
         else:
             node[last] = value
+
     return mutate
 
 
@@ -120,6 +139,7 @@ def _rename(path: str, old: str, new: str):
         for k in path.split("/") if path else []:
             node = node[k]
         node[new] = node.pop(old)
+
     return mutate
 
 
@@ -127,70 +147,192 @@ def _chain(*mutators):
     def mutate(doc):
         for m in mutators:
             m(doc)
+
     return mutate
 
 
 BAD_SPECS = [
     # (id, mutator, needles that must all appear, besides the spec file)
-    ("unknown-top-level-key", _set("bogus", 1), ["bogus: unknown key", "allowed: default_target, definitions, schema, targets"]),
-    ("unknown-target-key", _rename(T, "base", "bsae"), ["targets.t.bsae: unknown key", "allowed: base,"]),
+    (
+        "unknown-top-level-key",
+        _set("bogus", 1),
+        ["bogus: unknown key", "allowed: default_target, definitions, schema, targets"],
+    ),
+    (
+        "unknown-target-key",
+        _rename(T, "base", "bsae"),
+        ["targets.t.bsae: unknown key", "allowed: base,"],
+    ),
     ("unknown-base-key", _set(f"{T}/base/tag", "v1"), ["targets.t.base.tag: unknown key"]),
-    ("missing-required-key", _set(f"{T}/lock", _DELETE), ["targets.t.lock: required key is missing"]),
-    ("tag-only-base", _set(f"{T}/base/digest", _DELETE),
-     ["targets.t.base.image", "'127.0.0.1:5000/m3/base:v1' is a mutable tag", "base.digest or base.digest_file"]),
-    ("digest-in-reference", _set(f"{T}/base/image", f"127.0.0.1:5000/m3/base:v1@{DIGEST_A}"),
-     ["targets.t.base.image", f"'127.0.0.1:5000/m3/base:v1@{DIGEST_A}'", "give the digest in base.digest"]),
-    ("bad-image-reference", _set(f"{T}/base/image", "Upper/Case:v1"),
-     ["targets.t.base.image", "'Upper/Case:v1' is not a valid image reference"]),
-    ("malformed-digest", _set(f"{T}/base/digest", "sha256:abc"),
-     ["targets.t.base.digest", "'sha256:abc' is not a valid sha256 digest"]),
-    ("uppercase-digest", _set(f"{T}/base/digest", "sha256:" + "A" * 64),
-     ["targets.t.base.digest", "'sha256:" + "A" * 64 + "'"]),
-    ("digest-and-digest-file", _set(f"{T}/base/digest_file", "pins/x"),
-     ["targets.t.base", "give either digest or digest_file, not both"]),
-    ("bad-platform", _set(f"{T}/base/platform", "amd64"),
-     ["targets.t.base.platform", "'amd64' is not a valid platform (os/arch)"]),
-    ("missing-series", _set(f"{T}/series", "patches/nope"), ["targets.t.series", "file 'patches/nope' does not exist"]),
-    ("series-dotdot", _set(f"{T}/series", "../proj/patches/series"),
-     ["targets.t.series", "'../proj/patches/series' must be a relative path inside"]),
-    ("series-absolute", _set(f"{T}/series", "/etc/passwd"),
-     ["targets.t.series", "'/etc/passwd' must be a relative path inside"]),
-    ("missing-table", _set(f"{T}/tables/0", "tuning/nope.json"),
-     ["targets.t.tables[0]", "file 'tuning/nope.json' does not exist"]),
-    ("tables-not-a-list", _set(f"{T}/tables", "tuning/x.json"), ["targets.t.tables", "expected a list", "'tuning/x.json'"]),
-    ("vllm-root-relative", _set(f"{T}/vllm/root", "usr/lib/vllm"),
-     ["targets.t.vllm.root", "'usr/lib/vllm' must be an absolute path ending in /vllm"]),
-    ("vllm-root-not-vllm", _set(f"{T}/vllm/root", "/usr/lib/torch"),
-     ["targets.t.vllm.root", "'/usr/lib/torch' must be an absolute path ending in /vllm"]),
-    ("vllm-root-dotdot", _set(f"{T}/vllm/root", "/usr/../vllm"), ["targets.t.vllm.root", "'/usr/../vllm'"]),
-    ("expect-bad-blob", _set(f"{T}/expect/a.py", "xyz123g"),
-     ["targets.t.expect.a.py", "'xyz123g' is not a git blob id"]),
+    (
+        "missing-required-key",
+        _set(f"{T}/lock", _DELETE),
+        ["targets.t.lock: required key is missing"],
+    ),
+    (
+        "tag-only-base",
+        _set(f"{T}/base/digest", _DELETE),
+        [
+            "targets.t.base.image",
+            "'127.0.0.1:5000/m3/base:v1' is a mutable tag",
+            "base.digest or base.digest_file",
+        ],
+    ),
+    (
+        "digest-in-reference",
+        _set(f"{T}/base/image", f"127.0.0.1:5000/m3/base:v1@{DIGEST_A}"),
+        [
+            "targets.t.base.image",
+            f"'127.0.0.1:5000/m3/base:v1@{DIGEST_A}'",
+            "give the digest in base.digest",
+        ],
+    ),
+    (
+        "bad-image-reference",
+        _set(f"{T}/base/image", "Upper/Case:v1"),
+        ["targets.t.base.image", "'Upper/Case:v1' is not a valid image reference"],
+    ),
+    (
+        "malformed-digest",
+        _set(f"{T}/base/digest", "sha256:abc"),
+        ["targets.t.base.digest", "'sha256:abc' is not a valid sha256 digest"],
+    ),
+    (
+        "uppercase-digest",
+        _set(f"{T}/base/digest", "sha256:" + "A" * 64),
+        ["targets.t.base.digest", "'sha256:" + "A" * 64 + "'"],
+    ),
+    (
+        "digest-and-digest-file",
+        _set(f"{T}/base/digest_file", "pins/x"),
+        ["targets.t.base", "give either digest or digest_file, not both"],
+    ),
+    (
+        "bad-platform",
+        _set(f"{T}/base/platform", "amd64"),
+        ["targets.t.base.platform", "'amd64' is not a valid platform (os/arch)"],
+    ),
+    (
+        "missing-series",
+        _set(f"{T}/series", "patches/nope"),
+        ["targets.t.series", "file 'patches/nope' does not exist"],
+    ),
+    (
+        "series-dotdot",
+        _set(f"{T}/series", "../proj/patches/series"),
+        ["targets.t.series", "'../proj/patches/series' must be a relative path inside"],
+    ),
+    (
+        "series-absolute",
+        _set(f"{T}/series", "/etc/passwd"),
+        ["targets.t.series", "'/etc/passwd' must be a relative path inside"],
+    ),
+    (
+        "missing-table",
+        _set(f"{T}/tables/0", "tuning/nope.json"),
+        ["targets.t.tables[0]", "file 'tuning/nope.json' does not exist"],
+    ),
+    (
+        "tables-not-a-list",
+        _set(f"{T}/tables", "tuning/x.json"),
+        ["targets.t.tables", "expected a list", "'tuning/x.json'"],
+    ),
+    (
+        "vllm-root-relative",
+        _set(f"{T}/vllm/root", "usr/lib/vllm"),
+        ["targets.t.vllm.root", "'usr/lib/vllm' must be an absolute path ending in /vllm"],
+    ),
+    (
+        "vllm-root-not-vllm",
+        _set(f"{T}/vllm/root", "/usr/lib/torch"),
+        ["targets.t.vllm.root", "'/usr/lib/torch' must be an absolute path ending in /vllm"],
+    ),
+    (
+        "vllm-root-dotdot",
+        _set(f"{T}/vllm/root", "/usr/../vllm"),
+        ["targets.t.vllm.root", "'/usr/../vllm'"],
+    ),
+    (
+        "expect-bad-blob",
+        _set(f"{T}/expect/a.py", "xyz123g"),
+        ["targets.t.expect.a.py", "'xyz123g' is not a git blob id"],
+    ),
     ("expect-short-blob", _set(f"{T}/expect/a.py", "abc12"), ["targets.t.expect.a.py", "'abc12'"]),
-    ("expect-dotdot", lambda doc: doc["targets"]["t"]["expect"].update({"../x.py": "absent"}),
-     ["targets.t.expect.../x.py", "'../x.py' must be relative to vllm.root"]),
-    ("label-newline", _set(f"{T}/labels/org.example.title", "a\nLABEL evil=1"),
-     ["targets.t.labels.org.example.title", "control characters are not allowed", repr("a\nLABEL evil=1")]),
-    ("label-key-invalid", _set(f"{T}/labels/Org.Example", "x"),
-     ["targets.t.labels", "'Org.Example' is not a valid label key"]),
-    ("env-key-invalid", _set(f"{T}/env/1BAD-KEY", "x"),
-     ["targets.t.env", "'1BAD-KEY' is not a valid environment variable name"]),
+    (
+        "expect-dotdot",
+        lambda doc: doc["targets"]["t"]["expect"].update({"../x.py": "absent"}),
+        ["targets.t.expect.../x.py", "'../x.py' must be relative to vllm.root"],
+    ),
+    (
+        "label-newline",
+        _set(f"{T}/labels/org.example.title", "a\nLABEL evil=1"),
+        [
+            "targets.t.labels.org.example.title",
+            "control characters are not allowed",
+            repr("a\nLABEL evil=1"),
+        ],
+    ),
+    (
+        "label-key-invalid",
+        _set(f"{T}/labels/Org.Example", "x"),
+        ["targets.t.labels", "'Org.Example' is not a valid label key"],
+    ),
+    (
+        "env-key-invalid",
+        _set(f"{T}/env/1BAD-KEY", "x"),
+        ["targets.t.env", "'1BAD-KEY' is not a valid environment variable name"],
+    ),
     ("env-value-tab", _set(f"{T}/env/M3_FLAG", "a\tb"), ["targets.t.env.M3_FLAG", repr("a\tb")]),
-    ("repository-with-tag", _set(f"{T}/output/repository", "127.0.0.1:5000/m3/out:v1"),
-     ["targets.t.output.repository", "'127.0.0.1:5000/m3/out:v1': give a repository without tag or digest"]),
-    ("single-name-repository-with-numeric-tag", _set(f"{T}/output/repository", "out:5"),
-     ["targets.t.output.repository", "'out:5'"]),
-    ("repository-with-digest", _set(f"{T}/output/repository", f"127.0.0.1:5000/m3/out@{DIGEST_A}"),
-     ["targets.t.output.repository", f"'127.0.0.1:5000/m3/out@{DIGEST_A}'"]),
-    ("alias-invalid", _set(f"{T}/output/aliases/1", "bad tag"),
-     ["targets.t.output.aliases[1]", "'bad tag' is not a valid tag"]),
-    ("alias-leading-dash", _set(f"{T}/output/aliases/0", "-x"), ["targets.t.output.aliases[0]", "'-x'"]),
-    ("aliases-not-a-list", _set(f"{T}/output/aliases", "latest"), ["targets.t.output.aliases", "expected a list"]),
-    ("default-target-missing", _set("default_target", "nope"),
-     ["default_target", "'nope' is not one of the targets (t)"]),
-    ("unsupported-schema", _set("schema", 2), ["schema", "unsupported schema 2 (this builder reads 1)"]),
+    (
+        "repository-with-tag",
+        _set(f"{T}/output/repository", "127.0.0.1:5000/m3/out:v1"),
+        [
+            "targets.t.output.repository",
+            "'127.0.0.1:5000/m3/out:v1': give a repository without tag or digest",
+        ],
+    ),
+    (
+        "single-name-repository-with-numeric-tag",
+        _set(f"{T}/output/repository", "out:5"),
+        ["targets.t.output.repository", "'out:5'"],
+    ),
+    (
+        "repository-with-digest",
+        _set(f"{T}/output/repository", f"127.0.0.1:5000/m3/out@{DIGEST_A}"),
+        ["targets.t.output.repository", f"'127.0.0.1:5000/m3/out@{DIGEST_A}'"],
+    ),
+    (
+        "alias-invalid",
+        _set(f"{T}/output/aliases/1", "bad tag"),
+        ["targets.t.output.aliases[1]", "'bad tag' is not a valid tag"],
+    ),
+    (
+        "alias-leading-dash",
+        _set(f"{T}/output/aliases/0", "-x"),
+        ["targets.t.output.aliases[0]", "'-x'"],
+    ),
+    (
+        "aliases-not-a-list",
+        _set(f"{T}/output/aliases", "latest"),
+        ["targets.t.output.aliases", "expected a list"],
+    ),
+    (
+        "default-target-missing",
+        _set("default_target", "nope"),
+        ["default_target", "'nope' is not one of the targets (t)"],
+    ),
+    (
+        "unsupported-schema",
+        _set("schema", 2),
+        ["schema", "unsupported schema 2 (this builder reads 1)"],
+    ),
     ("schema-true", _set("schema", True), ["schema", "unsupported schema True"]),
     ("schema-string", _set("schema", "1"), ["schema", "unsupported schema '1'"]),
-    ("target-name-invalid", _rename("targets", "t", "T_bad"), ["targets.T_bad", "'T_bad' is not a valid target name"]),
+    (
+        "target-name-invalid",
+        _rename("targets", "t", "T_bad"),
+        ["targets.T_bad", "'T_bad' is not a valid target name"],
+    ),
     ("no-targets", _set("targets", {}), ["targets", "no targets defined"]),
     ("target-not-mapping", _set(T, ["x"]), ["targets.t", "expected a mapping, got list"]),
 ]
@@ -215,12 +357,20 @@ def test_duplicate_tables_are_named(write_spec, project):
     path = write_spec(doc)
     with pytest.raises(SpecError) as info:
         load_spec(path)
-    assert_one_line(info.value, str(path), "targets.t.tables", "two tables install under the same name",
-                    repr(TABLE_NAME))
+    assert_one_line(
+        info.value,
+        str(path),
+        "targets.t.tables",
+        "two tables install under the same name",
+        repr(TABLE_NAME),
+    )
 
 
-@pytest.mark.parametrize("content", ["sha256:zz\n", "", DIGEST_A + " extra\n", "sha256:" + "a" * 63 + "\n",
-                                     "\xff\xfe binary"], ids=["bad-hex", "empty", "trailing-junk", "short", "binary"])
+@pytest.mark.parametrize(
+    "content",
+    ["sha256:zz\n", "", DIGEST_A + " extra\n", "sha256:" + "a" * 63 + "\n", "\xff\xfe binary"],
+    ids=["bad-hex", "empty", "trailing-junk", "short", "binary"],
+)
 def test_bad_digest_file_content(write_spec, project, content):
     doc = minimal_doc()
     del doc["targets"]["t"]["base"]["digest"]
@@ -283,8 +433,10 @@ def test_unclosed_flow_yaml_names_line(write_spec):
     assert "line 4" in text or "line 5" in text, text
 
 
-@pytest.mark.parametrize("text, needle", [("", "expected a mapping, got NoneType"),
-                                          ("- 1\n- 2\n", "expected a mapping, got list")])
+@pytest.mark.parametrize(
+    "text, needle",
+    [("", "expected a mapping, got NoneType"), ("- 1\n- 2\n", "expected a mapping, got list")],
+)
 def test_top_level_not_a_mapping(write_spec, text, needle):
     path = write_spec(text)
     with pytest.raises(SpecError) as info:

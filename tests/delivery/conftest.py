@@ -58,24 +58,35 @@ class Project:
 
     def lock(self):
         from builder.lock import read_lock
+
         return read_lock(self.lock_file)
 
     def tag(self) -> str:
         from builder.lock import content_tag
+
         return content_tag(self.lock())
 
     def reference(self) -> str:
         return f"{self.repository}:{self.tag()}"
 
 
-def builder_cli(project: Project, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+def builder_cli(
+    project: Project, *args: str, env: dict | None = None
+) -> subprocess.CompletedProcess:
     """``python -m builder --spec <project> ...`` run from the snapshot (its builder, its build/)."""
-    return subprocess.run([sys.executable, "-m", "builder", "--spec", str(project.spec), *args],
-                          cwd=project.root, capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": str(project.root), **(env or {})}, timeout=1800)
+    return subprocess.run(
+        [sys.executable, "-m", "builder", "--spec", str(project.spec), *args],
+        cwd=project.root,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(project.root), **(env or {})},
+        timeout=1800,
+    )
 
 
-def make_project(snapshot: Path, standin_project: Path, name: str, repository: str, aliases: list[str]) -> Project:
+def make_project(
+    snapshot: Path, standin_project: Path, name: str, repository: str, aliases: list[str]
+) -> Project:
     spec = yaml.safe_load((standin_project / "image.yaml").read_text())
     target = spec["targets"]["standin"]
     target["output"] = {"repository": repository, "aliases": aliases}
@@ -91,11 +102,15 @@ def locked(project: Project, env: dict | None = None) -> Project:
     return project
 
 
-def build_and_release(project: Project, engine: Engine, env: dict | None = None) -> tuple[str, subprocess.CompletedProcess]:
+def build_and_release(
+    project: Project, engine: Engine, env: dict | None = None
+) -> tuple[str, subprocess.CompletedProcess]:
     """Build (``image --rebuild --skip-validation``), then apply the tags ``builder image`` applies
     once validation passed. Validation itself (builder.validate, the in-image smoke suite) is
     another suite's subject; here it stands for "this image may be published"."""
-    result = builder_cli(project, "image", "--target", "standin", "--rebuild", "--skip-validation", env=env)
+    result = builder_cli(
+        project, "image", "--target", "standin", "--rebuild", "--skip-validation", env=env
+    )
     assert result.returncode == 0, result.stderr
     image_id = result.stdout.split()[0]
     assert image_id.startswith("sha256:"), result.stdout
@@ -116,8 +131,12 @@ def quiet_log() -> StepLog:
 # -- docker configs ---------------------------------------------------------------------------------
 def write_docker_config(directory: Path, auths: dict[str, tuple[str, str]]) -> dict:
     directory.mkdir(parents=True, exist_ok=True)
-    config = {"auths": {registry: {"auth": b64encode(f"{user}:{password}".encode()).decode()}
-                        for registry, (user, password) in auths.items()}}
+    config = {
+        "auths": {
+            registry: {"auth": b64encode(f"{user}:{password}".encode()).decode()}
+            for registry, (user, password) in auths.items()
+        }
+    }
     (directory / "config.json").write_text(json.dumps(config))
     return {"DOCKER_CONFIG": str(directory)}
 
@@ -125,18 +144,27 @@ def write_docker_config(directory: Path, auths: dict[str, tuple[str, str]]) -> d
 @pytest.fixture
 def docker_config_env(tmp_path, monkeypatch):
     """Write a docker config in tmp and point DOCKER_CONFIG (this process too) at it."""
+
     def make(auths: dict[str, tuple[str, str]], name: str = "docker-config") -> dict:
         env = write_docker_config(tmp_path / name, auths)
         monkeypatch.setenv("DOCKER_CONFIG", env["DOCKER_CONFIG"])
         return env
+
     return make
 
 
 # -- projects ----------------------------------------------------------------------------------------
 @pytest.fixture(scope="session")
 def plain_project(snapshot, standin_project, registry) -> Project:
-    return locked(make_project(snapshot, standin_project, "delivery-plain",
-                               f"{registry}/m3-image/delivery-{SESSION}", ["latest", "stable"]))
+    return locked(
+        make_project(
+            snapshot,
+            standin_project,
+            "delivery-plain",
+            f"{registry}/m3-image/delivery-{SESSION}",
+            ["latest", "stable"],
+        )
+    )
 
 
 @pytest.fixture(scope="session")
@@ -154,17 +182,27 @@ def plain_pushed(plain_project, plain_image):
 
 @pytest.fixture(scope="session")
 def auth_project(snapshot, standin_project, auth_registry) -> Project:
-    return locked(make_project(snapshot, standin_project, "delivery-auth",
-                               f"{auth_registry.address}/m3-image/delivery-{SESSION}", ["latest"]))
+    return locked(
+        make_project(
+            snapshot,
+            standin_project,
+            "delivery-auth",
+            f"{auth_registry.address}/m3-image/delivery-{SESSION}",
+            ["latest"],
+        )
+    )
 
 
 @pytest.fixture(scope="session")
 def auth_built(auth_project, engine, auth_registry, tmp_path_factory):
     """Built with a docker config that holds the real password and a planted secret."""
-    env = write_docker_config(tmp_path_factory.mktemp("secret-config"), {
-        auth_registry.address: (auth_registry.user, auth_registry.password),
-        "127.0.0.1:5000": ("planted-user", PLANTED_SECRET),
-    })
+    env = write_docker_config(
+        tmp_path_factory.mktemp("secret-config"),
+        {
+            auth_registry.address: (auth_registry.user, auth_registry.password),
+            "127.0.0.1:5000": ("planted-user", PLANTED_SECRET),
+        },
+    )
     image_id, result = build_and_release(auth_project, engine, env=env)
     return image_id, result, env
 
@@ -203,21 +241,34 @@ class ThrowawayRegistry:
         self.port = free_port()
         self.address = f"127.0.0.1:{self.port}"
         self.config = root / "config.yml"
-        self.config.write_text(yaml.safe_dump({
-            "version": 0.1, "log": {"level": "info"},
-            "storage": {"filesystem": {"rootdirectory": str(root / "data")}, "delete": {"enabled": True}},
-            "http": {"addr": self.address, "secret": uuid.uuid4().hex},
-        }))
+        self.config.write_text(
+            yaml.safe_dump(
+                {
+                    "version": 0.1,
+                    "log": {"level": "info"},
+                    "storage": {
+                        "filesystem": {"rootdirectory": str(root / "data")},
+                        "delete": {"enabled": True},
+                    },
+                    "http": {"addr": self.address, "secret": uuid.uuid4().hex},
+                }
+            )
+        )
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> None:
-        self.proc = subprocess.Popen(["docker-registry", "serve", str(self.config)],
-                                     stdout=(self.root / "registry.log").open("a"), stderr=subprocess.STDOUT,
-                                     start_new_session=True)
+        self.proc = subprocess.Popen(
+            ["docker-registry", "serve", str(self.config)],
+            stdout=(self.root / "registry.log").open("a"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         deadline = time.monotonic() + 20
         while v2_status(self.address) != 200:
             if time.monotonic() > deadline or self.proc.poll() is not None:
-                raise RuntimeError(f"throwaway registry did not start: {(self.root / 'registry.log').read_text()[-1000:]}")
+                raise RuntimeError(
+                    f"throwaway registry did not start: {(self.root / 'registry.log').read_text()[-1000:]}"
+                )
             time.sleep(0.1)
 
     def kill(self) -> None:
@@ -230,7 +281,9 @@ class ThrowawayRegistry:
 @pytest.fixture
 def throwaway_registry(tmp_path):
     if shutil.which("docker-registry") is None:
-        pytest.fail("docker-registry not installed (apt-get install docker-registry)", pytrace=False)
+        pytest.fail(
+            "docker-registry not installed (apt-get install docker-registry)", pytrace=False
+        )
     reg = ThrowawayRegistry(tmp_path / "registry")
     reg.start()
     yield reg
@@ -238,7 +291,9 @@ def throwaway_registry(tmp_path):
 
 
 # -- small images made with docker-py ---------------------------------------------------------------
-def build_image(docker_client, tmp_path: Path, tag: str, files: dict[str, bytes], base: str = "scratch") -> str:
+def build_image(
+    docker_client, tmp_path: Path, tag: str, files: dict[str, bytes], base: str = "scratch"
+) -> str:
     context = tmp_path / f"ctx-{uuid.uuid4().hex[:6]}"
     context.mkdir()
     lines = [f"FROM {base}"]
@@ -246,13 +301,17 @@ def build_image(docker_client, tmp_path: Path, tag: str, files: dict[str, bytes]
         (context / f"f{i}").write_bytes(data)
         lines.append(f"COPY f{i} {dest}")
     (context / "Dockerfile").write_text("\n".join(lines) + "\n")
-    image, _ = docker_client.images.build(path=str(context), tag=tag, rm=True, forcerm=True, pull=False)
+    image, _ = docker_client.images.build(
+        path=str(context), tag=tag, rm=True, forcerm=True, pull=False
+    )
     shutil.rmtree(context)
     return image.id
 
 
 # -- small images made by the builder's own assembly (no engine) ------------------------------------
-def tiny_image(tmp_path: Path, files: dict[str, bytes], base_reference: str = "127.0.0.1:5000/m3-image/none:x"):
+def tiny_image(
+    tmp_path: Path, files: dict[str, bytes], base_reference: str = "127.0.0.1:5000/m3-image/none:x"
+):
     """(BuiltImage, ResolvedBase): one canonical layer on an empty base, for pushes through
     the registry API that need no engine and no base layers."""
     from builder.assemble import Delta, assemble
@@ -266,11 +325,24 @@ def tiny_image(tmp_path: Path, files: dict[str, bytes], base_reference: str = "1
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         (root / name).write_bytes(data)
     layer = canonical_layer(root, 0)
-    raw_config = json.dumps({"architecture": "amd64", "os": "linux", "created": "1970-01-01T00:00:00Z",
-                             "rootfs": {"type": "layers", "diff_ids": []}}).encode()
-    base = ResolvedBase(image=BaseImage(image=base_reference.rsplit(":", 1)[0], digest="sha256:" + "0" * 64,
-                                        platform="linux/amd64"),
-                        manifest_digest="sha256:" + "0" * 64, config_digest="sha256:" + sha256_bytes(raw_config),
-                        raw_config=raw_config, raw_manifest=json.dumps({"layers": []}).encode())
+    raw_config = json.dumps(
+        {
+            "architecture": "amd64",
+            "os": "linux",
+            "created": "1970-01-01T00:00:00Z",
+            "rootfs": {"type": "layers", "diff_ids": []},
+        }
+    ).encode()
+    base = ResolvedBase(
+        image=BaseImage(
+            image=base_reference.rsplit(":", 1)[0],
+            digest="sha256:" + "0" * 64,
+            platform="linux/amd64",
+        ),
+        manifest_digest="sha256:" + "0" * 64,
+        config_digest="sha256:" + sha256_bytes(raw_config),
+        raw_config=raw_config,
+        raw_manifest=json.dumps({"layers": []}).encode(),
+    )
     delta = Delta(layer=layer, diff_id="sha256:" + sha256_bytes(layer), labels={"t": "1"}, env=[])
     return assemble(base, delta, "tiny"), base

@@ -35,7 +35,9 @@ def start(name: str, docker_client) -> EngineUnderTest:
     if name == "docker20-host":
         host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
     else:
-        result = subprocess.run(["bash", str(LAUNCHERS[name])], capture_output=True, text=True, timeout=1500)
+        result = subprocess.run(
+            ["bash", str(LAUNCHERS[name])], capture_output=True, text=True, timeout=1500
+        )
         if result.returncode != 0:
             _unavailable(f"{name}: {LAUNCHERS[name].name} failed: {result.stderr.strip()[-500:]}")
         host = result.stdout.strip().splitlines()[-1]
@@ -52,6 +54,7 @@ def engines(docker_client):
         if name not in started:
             started[name] = start(name, docker_client)
         return started[name]
+
     return get
 
 

@@ -41,17 +41,39 @@ REPO = HERE.parents[1]
 
 SHAPES = {
     # name: problem overrides, pad_experts_to
-    "smoke": ({}, 128),                                # the image's check, vs the shipped golden
-    "tp8": ({"experts": 128, "inter": 384}, 128),      # MiniMax-M3 MoE layer at TP8 (E=128,N=384)
-    "ep8": ({"experts": 16, "inter": 3072}, 16),       # TP8+EP8 (E=16,N=3072)
+    "smoke": ({}, 128),  # the image's check, vs the shipped golden
+    "tp8": ({"experts": 128, "inter": 384}, 128),  # MiniMax-M3 MoE layer at TP8 (E=128,N=384)
+    "ep8": ({"experts": 16, "inter": 3072}, 16),  # TP8+EP8 (E=16,N=3072)
 }
 DRY = {"smoke": ({"hidden": 512, "inter": 256, "experts": 4, "tokens": 8, "seed": 11}, 8)}
-KEYS = ("rel_err_weights", "max_tile_rel_err_weights", "rel_err_vs_golden", "rel_err_vs_bf16",
-        "device_rel_err_vs_golden", "device_rel_err_vs_bf16", "device_vs_emulation", "image_vs_emulation")
+KEYS = (
+    "rel_err_weights",
+    "max_tile_rel_err_weights",
+    "rel_err_vs_golden",
+    "rel_err_vs_bf16",
+    "device_rel_err_vs_golden",
+    "device_rel_err_vs_bf16",
+    "device_vs_emulation",
+    "image_vs_emulation",
+)
 
 
-def torch_fused_moe_gemm(A, B, C, A_scale, B_scale, topk_weights, sorted_token_ids, expert_ids,
-                         num_tokens_post_padded, mul_routed_weight, top_k, config, compute_type, **kw):
+def torch_fused_moe_gemm(
+    A,
+    B,
+    C,
+    A_scale,
+    B_scale,
+    topk_weights,
+    sorted_token_ids,
+    expert_ids,
+    num_tokens_post_padded,
+    mul_routed_weight,
+    top_k,
+    config,
+    compute_type,
+    **kw,
+):
     """CPU dry run only: what ``invoke_fused_moe_triton_kernel`` computes for block FP8."""
 
     block = kw["block_shape"]
@@ -66,8 +88,13 @@ def torch_fused_moe_gemm(A, B, C, A_scale, B_scale, topk_weights, sorted_token_i
         e = int(expert_ids[i // M])
         row = tok // top_k
         a = A[row].double() * A_scale[row].double().repeat_interleave(block[1])[: A.shape[1]]
-        w = B[e].double() * B_scale[e].double().repeat_interleave(block[0], 0)[: B.shape[1]].repeat_interleave(
-            block[1], 1)[:, : B.shape[2]]
+        w = (
+            B[e].double()
+            * B_scale[e]
+            .double()
+            .repeat_interleave(block[0], 0)[: B.shape[1]]
+            .repeat_interleave(block[1], 1)[:, : B.shape[2]]
+        )
         acc = (w @ a).float()
         if mul_routed_weight:
             acc = acc * topk_weights.reshape(-1)[tok]
@@ -79,7 +106,9 @@ def main() -> int:
     ap.add_argument("--vllm-site", required=True)
     ap.add_argument("--json")
     ap.add_argument("--shapes", default="smoke,tp8,ep8")
-    ap.add_argument("--seeds", type=int, default=8, help="seed sweep of the smoke shape (device noise floor)")
+    ap.add_argument(
+        "--seeds", type=int, default=8, help="seed sweep of the smoke shape (device noise floor)"
+    )
     ap.add_argument("--cpu-dry-run", action="store_true")
     args = ap.parse_args()
 
@@ -119,11 +148,16 @@ def main() -> int:
     import vllm
 
     meta = {
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "machine": "cpu dry run" if dry else torch.cuda.get_device_name(0),
-        "host": platform.node(), "python": platform.python_version(), "torch": torch.__version__,
-        "triton": __import__("triton").__version__ if not dry else None, "vllm": vllm.__version__,
-        "fp8_dtype": str(fp8), "op_stand_ins": stand_ins, "module_stubs": stubbed,
+        "host": platform.node(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "triton": __import__("triton").__version__ if not dry else None,
+        "vllm": vllm.__version__,
+        "fp8_dtype": str(fp8),
+        "op_stand_ins": stand_ins,
+        "module_stubs": stubbed,
     }
     print(json.dumps(meta))
 
@@ -134,13 +168,20 @@ def main() -> int:
         stack.enter_context(mocked_platform("gfx942"))
         import vllm.model_executor.layers.fused_moe.experts.triton_moe as tm
 
-        stack.enter_context(mock.patch.object(tm, "invoke_fused_moe_triton_kernel", torch_fused_moe_gemm))
-        stack.enter_context(mock.patch("torch.accelerator.empty_cache", lambda: None))  # no accelerator here
+        stack.enter_context(
+            mock.patch.object(tm, "invoke_fused_moe_triton_kernel", torch_fused_moe_gemm)
+        )
+        stack.enter_context(
+            mock.patch("torch.accelerator.empty_cache", lambda: None)
+        )  # no accelerator here
         if not hasattr(tm.tl, "bfloat16"):  # no Triton on this host: only names are needed
             import types
 
-            stack.enter_context(mock.patch.object(tm, "tl", types.SimpleNamespace(
-                bfloat16="bf16", float16="fp16", float32="fp32")))
+            stack.enter_context(
+                mock.patch.object(
+                    tm, "tl", types.SimpleNamespace(bfloat16="bf16", float16="fp16", float32="fp32")
+                )
+            )
         return stack
 
     def select_ctx():
@@ -155,31 +196,58 @@ def main() -> int:
         extra = {}
         if shipped:
             doc, gold = golden.load(REPO / "smoke/golden/m3_moe_native_mxfp8.json")
-            extra["device_problem_matches_golden_sha"] = numerics.inputs_sha256(prob) == doc["inputs_sha256"]
+            extra["device_problem_matches_golden_sha"] = (
+                numerics.inputs_sha256(prob) == doc["inputs_sha256"]
+            )
             if not extra["device_problem_matches_golden_sha"]:  # fall back to the CPU-made problem
                 cpu = numerics.make_problem(params)
-                assert numerics.inputs_sha256(cpu) == doc["inputs_sha256"], "problem != golden's problem"
-                prob = {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in cpu.items()}
+                assert numerics.inputs_sha256(cpu) == doc["inputs_sha256"], (
+                    "problem != golden's problem"
+                )
+                prob = {
+                    k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in cpu.items()
+                }
         else:
             gold = numerics.native_mxfp8_emulated(prob).cpu()
-        patch = (mock.patch("m3_smoke.layer.image_swiglu", lambda: swiglu_fault) if swiglu_fault
-                 else contextlib.nullcontext())
+        patch = (
+            mock.patch("m3_smoke.layer.image_swiglu", lambda: swiglu_fault)
+            if swiglu_fault
+            else contextlib.nullcontext()
+        )
         log: list[str] = []
         with patch:
-            m = C.evaluate(prob, gold, fp8_dtype=fp8, device=device, pad_experts_to=pad, select_ctx=select_ctx(),
-                           run_ctx=run_ctx(), log_lines=log)
+            m = C.evaluate(
+                prob,
+                gold,
+                fp8_dtype=fp8,
+                device=device,
+                pad_experts_to=pad,
+                select_ctx=select_ctx(),
+                run_ctx=run_ctx(),
+                log_lines=log,
+            )
         m.update(extra)
         conv_mod = sys.modules.get("vllm.model_executor.layers.quantization.utils.mxfp8_block_fp8")
-        m["conversion_impl"] = ("triton" if device == "cuda" and conv_mod is not None
-                                and conv_mod._TRITON_KERNEL is not None and not conv_mod._TRITON_FAILED
-                                else "torch")
+        m["conversion_impl"] = (
+            "triton"
+            if device == "cuda"
+            and conv_mod is not None
+            and conv_mod._TRITON_KERNEL is not None
+            and not conv_mod._TRITON_FAILED
+            else "torch"
+        )
         m["gates_failed"] = C.gate(m, DEFAULT_THRESHOLDS)
         m["seconds"] = round(time.time() - t0, 1)
-        m["log"] = [ln for ln in log if "MXFP8" in ln or "Triton" in ln or "PrepareAndFinalize" in ln]
+        m["log"] = [
+            ln for ln in log if "MXFP8" in ln or "Triton" in ln or "PrepareAndFinalize" in ln
+        ]
         row = " ".join(f"{k}={m[k]:.4g}" for k in KEYS if k in m)
-        print(f"{name}: {row} mismatch={m['device_conversion_mismatch']['total']} conversion={m['conversion_impl']} "
-              f"kernel={m.get('device_kernel')} swiglu={m['swiglu_image']} {m['device_moe_config']} "
-              f"gates_failed={m['gates_failed']} ({m['seconds']} s)", flush=True)
+        print(
+            f"{name}: {row} mismatch={m['device_conversion_mismatch']['total']} conversion={m['conversion_impl']} "
+            f"kernel={m.get('device_kernel')} swiglu={m['swiglu_image']} {m['device_moe_config']} "
+            f"gates_failed={m['gates_failed']} ({m['seconds']} s)",
+            flush=True,
+        )
         return m
 
     def safe(name, *a, **kw):
@@ -197,8 +265,12 @@ def main() -> int:
     for name, (over, pad) in shapes.items():
         out["shapes"][name] = safe(name, over, pad, shipped=(name == "smoke" and not dry))
     over, pad = shapes["smoke"]
-    out["faults"]["alpha_1.0"] = safe("fault alpha=1.0 in the image", over, pad,
-                                     swiglu_fault={"alpha": 1.0, "beta": 1.0, "limit": 7.0})
+    out["faults"]["alpha_1.0"] = safe(
+        "fault alpha=1.0 in the image",
+        over,
+        pad,
+        swiglu_fault={"alpha": 1.0, "beta": 1.0, "limit": 7.0},
+    )
     for seed in range(1, 1 + (0 if dry else args.seeds)):
         out["seeds"][seed] = safe(f"seed {seed}", over, pad, seed=seed)
     if args.json:

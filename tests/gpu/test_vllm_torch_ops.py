@@ -30,7 +30,9 @@ def test_silu_and_mul_with_clamp_is_swiglu_oai():
     out = torch.empty(1, 2, dtype=torch.bfloat16)
     ops.silu_and_mul_with_clamp(out, x, 7.0, 1.702, 1.0)
     gate, up = torch.tensor([7.0, -1.0]), torch.tensor([7.0, -7.0])
-    assert torch.equal(out, (gate * torch.sigmoid(1.702 * gate) * (up + 1.0)).to(torch.bfloat16)[None])
+    assert torch.equal(
+        out, (gate * torch.sigmoid(1.702 * gate) * (up + 1.0)).to(torch.bfloat16)[None]
+    )
 
 
 def test_moe_sum_and_group_quant():
@@ -49,5 +51,7 @@ def test_moe_sum_and_group_quant():
 
 def test_install_never_shadows_and_names_what_it_added():
     added = ops.install(triton_quant=False)
-    assert "_C.silu_and_mul_with_clamp" in added or not ops._missing("_C", "silu_and_mul_with_clamp")
+    assert "_C.silu_and_mul_with_clamp" in added or not ops._missing(
+        "_C", "silu_and_mul_with_clamp"
+    )
     assert ops.install(triton_quant=False) == []  # second call: nothing missing any more

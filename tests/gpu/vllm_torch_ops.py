@@ -56,7 +56,9 @@ def stub_compiled_modules(site: Path) -> list[str]:
     return done
 
 
-def silu_and_mul_with_clamp(out: torch.Tensor, x: torch.Tensor, limit: float, alpha: float, beta: float) -> None:
+def silu_and_mul_with_clamp(
+    out: torch.Tensor, x: torch.Tensor, limit: float, alpha: float, beta: float
+) -> None:
     d = x.shape[-1] // 2
     gate = x[..., :d].float().clamp(max=limit)
     up = x[..., d:].float().clamp(-limit, limit)
@@ -67,8 +69,9 @@ def moe_sum(inp: torch.Tensor, out: torch.Tensor) -> None:
     out.copy_(inp.float().sum(1).to(out.dtype))
 
 
-def moe_align_block_size(topk_ids, num_experts, block_size, sorted_ids, expert_ids, num_tokens_post_pad,
-                         expert_map=None) -> None:
+def moe_align_block_size(
+    topk_ids, num_experts, block_size, sorted_ids, expert_ids, num_tokens_post_pad, expert_map=None
+) -> None:
     flat = topk_ids.reshape(-1).to(torch.int64)
     if expert_map is not None:  # ignore_invalid_experts: only local experts count
         flat = torch.where(flat >= 0, expert_map[flat.clamp_min(0)], -1)
@@ -81,16 +84,26 @@ def moe_align_block_size(topk_ids, num_experts, block_size, sorted_ids, expert_i
     for e, c in enumerate(counts):
         if c == 0:
             continue
-        sorted_ids[pos:pos + c] = order[src:src + c].to(sorted_ids.dtype)
+        sorted_ids[pos : pos + c] = order[src : src + c].to(sorted_ids.dtype)
         padded = -(-c // block_size) * block_size
-        expert_ids[pos // block_size:(pos + padded) // block_size] = e
+        expert_ids[pos // block_size : (pos + padded) // block_size] = e
         pos += padded
         src += c
     num_tokens_post_pad.fill_(pos)
 
 
-def per_token_group_fp8_quant_triton(x, x_q, x_s, group_size, eps, fp8_min, fp8_max, use_ue8m0,
-                                     column_major_scales, tma_aligned_scales) -> None:
+def per_token_group_fp8_quant_triton(
+    x,
+    x_q,
+    x_s,
+    group_size,
+    eps,
+    fp8_min,
+    fp8_max,
+    use_ue8m0,
+    column_major_scales,
+    tma_aligned_scales,
+) -> None:
     """vLLM's Triton fallback of ``per_token_group_quant_fp8`` (row-major scales)."""
     from vllm.model_executor.layers.quantization.utils import fp8_utils
     from vllm.triton_utils import triton
@@ -99,12 +112,34 @@ def per_token_group_fp8_quant_triton(x, x_q, x_s, group_size, eps, fp8_min, fp8_
     M = x.numel() // group_size
     BLOCK = triton.next_power_of_2(group_size)
     fp8_utils._per_token_group_quant_fp8[(M,)](
-        x, x_q, x_s, group_size, x.shape[1], x.stride(0), eps, fp8_min=fp8_min, fp8_max=fp8_max,
-        use_ue8m0=use_ue8m0, BLOCK=BLOCK, num_warps=min(max(BLOCK // 256, 1), 8), num_stages=1)
+        x,
+        x_q,
+        x_s,
+        group_size,
+        x.shape[1],
+        x.stride(0),
+        eps,
+        fp8_min=fp8_min,
+        fp8_max=fp8_max,
+        use_ue8m0=use_ue8m0,
+        BLOCK=BLOCK,
+        num_warps=min(max(BLOCK // 256, 1), 8),
+        num_stages=1,
+    )
 
 
-def per_token_group_fp8_quant_torch(x, x_q, x_s, group_size, eps, fp8_min, fp8_max, use_ue8m0,
-                                    column_major_scales, tma_aligned_scales) -> None:
+def per_token_group_fp8_quant_torch(
+    x,
+    x_q,
+    x_s,
+    group_size,
+    eps,
+    fp8_min,
+    fp8_max,
+    use_ue8m0,
+    column_major_scales,
+    tma_aligned_scales,
+) -> None:
     """The same rule in torch (CPU dry run): s = max(amax, eps) / fp8_max."""
     xg = x.float().reshape(*x.shape[:-1], -1, group_size)
     s = xg.abs().amax(-1).clamp_min(eps) / fp8_max
@@ -133,8 +168,9 @@ def install(*, triton_quant: bool) -> list[str]:
         ("_C", "silu_and_mul_with_clamp"): silu_and_mul_with_clamp,
         ("_moe_C", "moe_sum"): moe_sum,
         ("_moe_C", "moe_align_block_size"): moe_align_block_size,
-        ("_C", "per_token_group_fp8_quant"): (per_token_group_fp8_quant_triton if triton_quant
-                                             else per_token_group_fp8_quant_torch),
+        ("_C", "per_token_group_fp8_quant"): (
+            per_token_group_fp8_quant_triton if triton_quant else per_token_group_fp8_quant_torch
+        ),
         # called at import time on CUDA (quantization/utils/w8a8_utils.py)
         ("_C", "cutlass_scaled_mm_supports_fp8"): _unsupported,
         ("_C", "cutlass_scaled_mm_supports_block_fp8"): _unsupported,

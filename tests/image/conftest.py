@@ -25,8 +25,11 @@ def standin_project(tmp_path_factory, standin_base):
         shutil.copytree(REPO / name, root / name)
     spec = yaml.safe_load((REPO / "image.yaml").read_text())
     target = spec["targets"]["standin"]
-    target["base"] = {"image": target["base"]["image"], "digest": standin_base.digest,
-                      "platform": "linux/amd64"}
+    target["base"] = {
+        "image": target["base"]["image"],
+        "digest": standin_base.digest,
+        "platform": "linux/amd64",
+    }
     target["lock"] = "locks/standin.lock.yaml"
     spec["targets"] = {"standin": target}
     spec["default_target"] = "standin"
@@ -34,9 +37,17 @@ def standin_project(tmp_path_factory, standin_base):
     return root
 
 
-def run_builder(project: Path, *args: str, env: dict | None = None, spec: str = "image.yaml") -> subprocess.CompletedProcess:
-    return subprocess.run([str(Path(os.sys.executable)), "-m", "builder", "--spec", str(project / spec), *args],
-                          cwd=REPO, capture_output=True, text=True, env={**os.environ, **(env or {})}, timeout=1800)
+def run_builder(
+    project: Path, *args: str, env: dict | None = None, spec: str = "image.yaml"
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [str(Path(os.sys.executable)), "-m", "builder", "--spec", str(project / spec), *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        timeout=1800,
+    )
 
 
 @pytest.fixture(scope="session")
@@ -54,12 +65,30 @@ def second_engine(tmp_path_factory):
     # main engine needs. No container runs in this engine, so the bridge carries no traffic.
     bridge = f"m3e2e{os.getpid() % 10000}"
     subprocess.run(["ip", "link", "add", bridge, "type", "bridge"], check=True, capture_output=True)
-    subprocess.run(["ip", "addr", "add", "172.31.254.1/24", "dev", bridge], check=True, capture_output=True)
+    subprocess.run(
+        ["ip", "addr", "add", "172.31.254.1/24", "dev", bridge], check=True, capture_output=True
+    )
     proc = subprocess.Popen(
-        ["dockerd", "--data-root", str(root / "data"), "--exec-root", str(root / "exec"),
-         "--pidfile", str(root / "docker.pid"), "--host", f"unix://{sock}", "--bridge", bridge,
-         "--iptables=false", "--ip-masq=false", "--storage-driver", "overlay2"],
-        stdout=(root / "dockerd.log").open("w"), stderr=subprocess.STDOUT)
+        [
+            "dockerd",
+            "--data-root",
+            str(root / "data"),
+            "--exec-root",
+            str(root / "exec"),
+            "--pidfile",
+            str(root / "docker.pid"),
+            "--host",
+            f"unix://{sock}",
+            "--bridge",
+            bridge,
+            "--iptables=false",
+            "--ip-masq=false",
+            "--storage-driver",
+            "overlay2",
+        ],
+        stdout=(root / "dockerd.log").open("w"),
+        stderr=subprocess.STDOUT,
+    )
     client = None
     try:
         deadline = time.monotonic() + 60
@@ -72,7 +101,9 @@ def second_engine(tmp_path_factory):
                 client = None
                 time.sleep(0.5)
         if client is None:
-            pytest.fail(f"second dockerd did not start: {(root / 'dockerd.log').read_text()[-2000:]}")
+            pytest.fail(
+                f"second dockerd did not start: {(root / 'dockerd.log').read_text()[-2000:]}"
+            )
         yield Engine(client), f"unix://{sock}"
     finally:
         proc.terminate()

@@ -14,7 +14,6 @@ import yaml
 
 from builder.lock import content_digest, content_tag, read_lock
 
-
 pytestmark = pytest.mark.docker
 REPO = Path(__file__).resolve().parents[2]
 IMAGE_ID_RE = re.compile(r"^(sha256:[0-9a-f]{64}) \(not validated, not tagged\)$", re.M)
@@ -29,7 +28,9 @@ def locked_project(standin_project, docker_client, builder_cli):
 
 @pytest.fixture(scope="module")
 def built(locked_project, builder_cli):
-    result = builder_cli(locked_project, "image", "--target", "standin", "--rebuild", "--skip-validation")
+    result = builder_cli(
+        locked_project, "image", "--target", "standin", "--rebuild", "--skip-validation"
+    )
     assert result.returncode == 0, result.stderr
     match = IMAGE_ID_RE.search(result.stdout)
     assert match, result.stdout
@@ -41,22 +42,34 @@ def test_lock_records_every_input(locked_project, standin_base):
     assert lock["base"]["digest"] == standin_base.digest
     assert lock["base"]["config"].startswith("sha256:")
     assert [p["file"] for p in lock["inputs"]["patches"]] == [
-        f"patches/{line.strip()}" for line in (locked_project / "patches/series").read_text().splitlines()
-        if line.strip() and not line.startswith("#")]
+        f"patches/{line.strip()}"
+        for line in (locked_project / "patches/series").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
     assert all(p["upstream"].startswith("vLLM #45726") for p in lock["inputs"]["patches"])
     files = lock["files"]
-    assert files["model_executor/layers/fused_moe/oracle/mxfp8.py"]["pre"]["git_blob"].startswith("d0d7c764")
+    assert files["model_executor/layers/fused_moe/oracle/mxfp8.py"]["pre"]["git_blob"].startswith(
+        "d0d7c764"
+    )
     assert files["model_executor/layers/quantization/utils/mxfp8_block_fp8.py"]["pre"] == "absent"
     table = "model_executor/layers/fused_moe/configs/E=128,N=384,device_name=AMD_Instinct_MI300X,dtype=fp8_w8a8,block_shape=[128,128].json"
     assert files[table]["pre"]["git_blob"].startswith("c275cecc")
     assert files[table]["post"]["git_blob"].startswith("f20c20c4d2")
 
 
-def test_build_is_reproducible_on_a_clean_engine(locked_project, built, second_engine, docker_client, builder_cli):
+def test_build_is_reproducible_on_a_clean_engine(
+    locked_project, built, second_engine, docker_client, builder_cli
+):
     image_id, _ = built
     engine_b, host_b = second_engine
-    result = builder_cli(locked_project, "image", "--target", "standin", "--skip-validation",
-                         env={"DOCKER_HOST": host_b})
+    result = builder_cli(
+        locked_project,
+        "image",
+        "--target",
+        "standin",
+        "--skip-validation",
+        env={"DOCKER_HOST": host_b},
+    )
     assert result.returncode == 0, result.stderr
     assert IMAGE_ID_RE.search(result.stdout).group(1) == image_id
     layers_a = docker_client.api.inspect_image(image_id)["RootFS"]["Layers"]
@@ -68,8 +81,12 @@ def test_rebuild_after_wipe_gives_the_same_id(locked_project, built, docker_clie
     image_id, _ = built
     lock = read_lock(locked_project / "locks/standin.lock.yaml")
     docker_client.api.remove_image(image_id, force=True)
-    assert not docker_client.api.images(filters={"reference": f"m3-image-delta/standin:{content_tag(lock)}"})
-    result = builder_cli(locked_project, "image", "--target", "standin", "--rebuild", "--skip-validation")
+    assert not docker_client.api.images(
+        filters={"reference": f"m3-image-delta/standin:{content_tag(lock)}"}
+    )
+    result = builder_cli(
+        locked_project, "image", "--target", "standin", "--rebuild", "--skip-validation"
+    )
     assert result.returncode == 0, result.stderr
     assert IMAGE_ID_RE.search(result.stdout).group(1) == image_id
 
@@ -105,7 +122,10 @@ def test_labels_record_provenance(locked_project, built, docker_client, standin_
     image_id, _ = built
     lock = read_lock(locked_project / "locks/standin.lock.yaml").to_doc()
     labels = docker_client.api.inspect_image(image_id)["Config"]["Labels"]
-    assert labels["org.opencontainers.image.base.name"] == "127.0.0.1:5000/m3-image/standin-base:vllm-0.24.0"
+    assert (
+        labels["org.opencontainers.image.base.name"]
+        == "127.0.0.1:5000/m3-image/standin-base:vllm-0.24.0"
+    )
     assert labels["org.opencontainers.image.base.digest"] == standin_base.digest
     assert labels["org.opencontainers.image.revision"] == "v0.24.0"
     assert labels["io.m3-image.lock.sha256"] == content_digest(lock)
@@ -150,10 +170,18 @@ def test_dry_run_prints_the_plan(locked_project, builder_cli):
 
 
 def test_engine_down_is_one_clear_line(locked_project, tmp_path, builder_cli):
-    result = builder_cli(locked_project, "image", "--target", "standin", "--skip-validation",
-                         env={"DOCKER_HOST": f"unix://{tmp_path}/nope.sock"})
+    result = builder_cli(
+        locked_project,
+        "image",
+        "--target",
+        "standin",
+        "--skip-validation",
+        env={"DOCKER_HOST": f"unix://{tmp_path}/nope.sock"},
+    )
     assert result.returncode == 2
-    assert result.stderr.strip().splitlines()[-1].startswith("error: cannot reach the Docker engine")
+    assert (
+        result.stderr.strip().splitlines()[-1].startswith("error: cannot reach the Docker engine")
+    )
 
 
 def test_absent_base_is_refused(locked_project, tmp_path, builder_cli):
@@ -186,8 +214,14 @@ def test_rendered_dockerfile_agrees_with_the_layer(locked_project, built, docker
 
     def files(layer: bytes) -> dict:
         with tarfile.open(fileobj=io.BytesIO(layer)) as tar:
-            return {m.name.rstrip("/"): (m.type, m.mode & 0o7777, tar.extractfile(m).read() if m.isfile() else None)
-                    for m in tar.getmembers()}
+            return {
+                m.name.rstrip("/"): (
+                    m.type,
+                    m.mode & 0o7777,
+                    tar.extractfile(m).read() if m.isfile() else None,
+                )
+                for m in tar.getmembers()
+            }
 
     assert files(theirs.layer) == files(ours)
     config = docker_client.api.inspect_image(image_id)["Config"]

@@ -31,7 +31,13 @@ def patched_files(tmp_path_factory):
 
     pristine = vllm_site(REPO / "build" / "cache")
     root = tmp_path_factory.mktemp("stack")
-    for rel in (ORACLE, CONVERT, CONFIG, FP8_ORACLE, "vllm/model_executor/layers/quantization/modelopt.py"):
+    for rel in (
+        ORACLE,
+        CONVERT,
+        CONFIG,
+        FP8_ORACLE,
+        "vllm/model_executor/layers/quantization/modelopt.py",
+    ):
         if (pristine / rel).exists():
             (root / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(pristine / rel, root / rel)
@@ -50,7 +56,9 @@ def sabotage_patch(root: Path, rel: str, edit) -> str:
     (scratch / "b" / rel).parent.mkdir(parents=True)
     (scratch / "a" / rel).write_text(before)
     (scratch / "b" / rel).write_text(after)
-    diff = subprocess.run(["diff", "-u", f"a/{rel}", f"b/{rel}"], cwd=scratch, capture_output=True, text=True)
+    diff = subprocess.run(
+        ["diff", "-u", f"a/{rel}", f"b/{rel}"], cwd=scratch, capture_output=True, text=True
+    )
     assert diff.returncode == 1, diff.stderr
     return "Subject: sabotage for the validation tests\n\n" + diff.stdout
 
@@ -97,7 +105,9 @@ def build_and_validate(builder_cli, project: Path):
 def assert_refused(result, lock, docker_client, expected: set[str]):
     assert result.returncode == 2, result.stdout + result.stderr
     error = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
-    assert len(error) == 1 and "validation failed" in error[0] and "no tag applied" in error[0], result.stderr
+    assert len(error) == 1 and "validation failed" in error[0] and "no tag applied" in error[0], (
+        result.stderr
+    )
     failed = set(re.search(r"validation failed \(([^)]*)\)", error[0]).group(1).split(", "))
     assert expected <= failed, (expected, failed)
     report_dir = Path(re.search(r"report in (\S+)", error[0]).group(1))
@@ -115,19 +125,38 @@ def assert_refused(result, lock, docker_client, expected: set[str]):
         assert image["Config"]["Labels"].get("io.m3-image.content-tag") != content_tag(lock), tag
 
 
-def test_marker_missing_fails_backend_marker(project_copy, patched_files, builder_cli, docker_client):
-    add_patch(project_copy, "0090-drop-marker.patch", sabotage_patch(patched_files, ORACLE, drop_marker))
-    assert_refused(*build_and_validate(builder_cli, project_copy), docker_client, {"backend_marker_gfx942"})
+def test_marker_missing_fails_backend_marker(
+    project_copy, patched_files, builder_cli, docker_client
+):
+    add_patch(
+        project_copy, "0090-drop-marker.patch", sabotage_patch(patched_files, ORACLE, drop_marker)
+    )
+    assert_refused(
+        *build_and_validate(builder_cli, project_copy), docker_client, {"backend_marker_gfx942"}
+    )
 
 
-def test_fnuz_normalization_removed_fails_numerics(project_copy, patched_files, builder_cli, docker_client):
-    add_patch(project_copy, "0090-drop-fnuz.patch", sabotage_patch(patched_files, CONVERT, drop_fnuz))
-    assert_refused(*build_and_validate(builder_cli, project_copy), docker_client, {"numerics_vs_native"})
+def test_fnuz_normalization_removed_fails_numerics(
+    project_copy, patched_files, builder_cli, docker_client
+):
+    add_patch(
+        project_copy, "0090-drop-fnuz.patch", sabotage_patch(patched_files, CONVERT, drop_fnuz)
+    )
+    assert_refused(
+        *build_and_validate(builder_cli, project_copy), docker_client, {"numerics_vs_native"}
+    )
 
 
-def test_swiglu_params_dropped_fails_swiglu(project_copy, patched_files, builder_cli, docker_client):
+def test_swiglu_params_dropped_fails_swiglu(
+    project_copy, patched_files, builder_cli, docker_client
+):
     text = sabotage_patch(patched_files, FP8_ORACLE, drop_swiglu)
-    add_patch(project_copy, "0090-drop-swiglu.patch", text, expect={FP8_ORACLE.split("/", 1)[1]: "1b5030b1"})
+    add_patch(
+        project_copy,
+        "0090-drop-swiglu.patch",
+        text,
+        expect={FP8_ORACLE.split("/", 1)[1]: "1b5030b1"},
+    )
     assert_refused(*build_and_validate(builder_cli, project_copy), docker_client, {"swiglu_params"})
 
 
@@ -140,7 +169,11 @@ def test_misnamed_table_fails_table_checks(project_copy, builder_cli, docker_cli
     del target["expect"][f"model_executor/layers/fused_moe/configs/{E128}"]
     target["expect"][f"model_executor/layers/fused_moe/configs/{wrong}"] = "absent"
     (project_copy / "image.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
-    assert_refused(*build_and_validate(builder_cli, project_copy), docker_client, {"tables_installed", "tables_lookup"})
+    assert_refused(
+        *build_and_validate(builder_cli, project_copy),
+        docker_client,
+        {"tables_installed", "tables_lookup"},
+    )
 
 
 def test_good_image_is_validated_then_tagged(standin_project, builder_cli, docker_client):

@@ -17,12 +17,13 @@ import pytest
 
 pytestmark = pytest.mark.docker
 
-_spec = importlib.util.spec_from_file_location("m3_test_validation_failures",
-                                               Path(__file__).with_name("test_validation_failures.py"))
+_spec = importlib.util.spec_from_file_location(
+    "m3_test_validation_failures", Path(__file__).with_name("test_validation_failures.py")
+)
 tvf = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(tvf)
 
-project_copy = tvf.project_copy          # fixtures, shared
+project_copy = tvf.project_copy  # fixtures, shared
 REPO = tvf.REPO
 CONVERT = tvf.CONVERT
 MINIMAX_CONFIG = "vllm/transformers_utils/configs/minimax_m3.py"
@@ -38,7 +39,12 @@ def stack_files(tmp_path_factory):
 
     pristine = vllm_site(REPO / "build" / "cache")
     root = tmp_path_factory.mktemp("gates")
-    for rel in (CONVERT, tvf.ORACLE, "vllm/model_executor/layers/quantization/modelopt.py", MINIMAX_CONFIG):
+    for rel in (
+        CONVERT,
+        tvf.ORACLE,
+        "vllm/model_executor/layers/quantization/modelopt.py",
+        MINIMAX_CONFIG,
+    ):
         if (pristine / rel).exists():  # the conversion module is created by 0001
             (root / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(pristine / rel, root / rel)
@@ -50,8 +56,13 @@ def double_one_tile_scale(text: str) -> str:
     """The conversion's torch path (the one the CPU check runs) doubles the first tile scale."""
     end = "            rule,\n        )\n    return out, out_scale\n"
     assert text.count(end) == 1
-    return text.replace(end, end.replace("    return out, out_scale\n",
-                                         "    out_scale.view(-1)[0] *= 2\n    return out, out_scale\n"))
+    return text.replace(
+        end,
+        end.replace(
+            "    return out, out_scale\n",
+            "    out_scale.view(-1)[0] *= 2\n    return out, out_scale\n",
+        ),
+    )
 
 
 def swiglu_alpha_one(text: str) -> str:
@@ -60,25 +71,37 @@ def swiglu_alpha_one(text: str) -> str:
 
 def _numerics_details(result) -> dict:
     err = next(line for line in result.stderr.splitlines() if line.startswith("error: "))
-    report = json.loads((Path(re.search(r"report in (\S+)", err).group(1)) / "report.json").read_text())
+    report = json.loads(
+        (Path(re.search(r"report in (\S+)", err).group(1)) / "report.json").read_text()
+    )
     return next(c for c in report["checks"] if c["name"] == "numerics_vs_native")
 
 
-def test_one_tile_scale_doubled_fails_numerics(project_copy, stack_files, builder_cli, docker_client):
-    tvf.add_patch(project_copy, "0090-double-one-tile-scale.patch",
-                  tvf.sabotage_patch(stack_files, CONVERT, double_one_tile_scale))
+def test_one_tile_scale_doubled_fails_numerics(
+    project_copy, stack_files, builder_cli, docker_client
+):
+    tvf.add_patch(
+        project_copy,
+        "0090-double-one-tile-scale.patch",
+        tvf.sabotage_patch(stack_files, CONVERT, double_one_tile_scale),
+    )
     result, lock = tvf.build_and_validate(builder_cli, project_copy)
     tvf.assert_refused(result, lock, docker_client, {"numerics_vs_native"})
     check = _numerics_details(result)
-    assert "max_tile_rel_err_weights=1 > 0.1 (worst tile: w13 expert 0 tile [0,0])" in check["reason"]
+    assert (
+        "max_tile_rel_err_weights=1 > 0.1 (worst tile: w13 expert 0 tile [0,0])" in check["reason"]
+    )
     assert check["details"]["max_tile_rel_err_weights"] == pytest.approx(1.0)
     assert check["details"]["rel_err_weights"] < 0.05  # the whole-tensor gate alone misses it
 
 
 def test_swiglu_alpha_one_in_the_image_fails(project_copy, stack_files, builder_cli, docker_client):
-    tvf.add_patch(project_copy, "0090-swiglu-alpha-one.patch",
-                  tvf.sabotage_patch(stack_files, MINIMAX_CONFIG, swiglu_alpha_one),
-                  expect={MINIMAX_CONFIG.split("/", 1)[1]: MINIMAX_CONFIG_BLOB})
+    tvf.add_patch(
+        project_copy,
+        "0090-swiglu-alpha-one.patch",
+        tvf.sabotage_patch(stack_files, MINIMAX_CONFIG, swiglu_alpha_one),
+        expect={MINIMAX_CONFIG.split("/", 1)[1]: MINIMAX_CONFIG_BLOB},
+    )
     result, lock = tvf.build_and_validate(builder_cli, project_copy)
     tvf.assert_refused(result, lock, docker_client, {"numerics_vs_native", "swiglu_params"})
     check = _numerics_details(result)
@@ -86,4 +109,6 @@ def test_swiglu_alpha_one_in_the_image_fails(project_copy, stack_files, builder_
     assert check["details"]["swiglu_image"]["alpha"] == 1.0
     assert check["details"]["swiglu_reference"]["alpha"] == 1.702
     # the looser output gates alone would have let it through
-    assert check["details"]["rel_err_vs_golden"] < 0.13 and check["details"]["rel_err_vs_bf16"] < 0.11
+    assert (
+        check["details"]["rel_err_vs_golden"] < 0.13 and check["details"]["rel_err_vs_bf16"] < 0.11
+    )

@@ -51,7 +51,9 @@ def patched_site(pristine_site: Path, tmp_path_factory) -> Path:
     site = tmp_path_factory.mktemp("vllm-0.24.0-patched")
     shutil.copytree(pristine_site / "vllm", site / "vllm")
     outcomes = apply_stack(load_series(PATCHES / "series"), site)
-    assert [(o.patch.name, o.result) for o in outcomes] == [(n, "applied") for n in read_series("series")]
+    assert [(o.patch.name, o.result) for o in outcomes] == [
+        (n, "applied") for n in read_series("series")
+    ]
     assert not any("fuzz" in o.detail.lower() or "offset" in o.detail.lower() for o in outcomes)
     return site
 
@@ -69,7 +71,7 @@ def vllm_on_path(patched_site: Path):
 
 
 CONVERSION_REL = "vllm/model_executor/layers/quantization/utils/mxfp8_block_fp8.py"
-CONVERSION_SRC = PATCHES / "src" / CONVERSION_REL   # the real file; patch 0001 is generated from it
+CONVERSION_SRC = PATCHES / "src" / CONVERSION_REL  # the real file; patch 0001 is generated from it
 
 
 def load_conversion_source():

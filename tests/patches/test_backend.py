@@ -94,8 +94,9 @@ def test_modelopt_converts_at_load(monkeypatch, conv, vllm_logs):
     from vllm.model_executor.layers.fused_moe.oracle.fp8 import Fp8MoeBackend
     from vllm.model_executor.layers.quantization import modelopt
 
-    monkeypatch.setattr(vllm.platforms, "current_platform",
-                        FakePlatform(rocm=True, mx=False, fnuz=True))
+    monkeypatch.setattr(
+        vllm.platforms, "current_platform", FakePlatform(rocm=True, mx=False, fnuz=True)
+    )
     calls = {}
 
     def fake_make_kernel(**kw):
@@ -115,8 +116,12 @@ def test_modelopt_converts_at_load(monkeypatch, conv, vllm_logs):
     w13, s13 = mx(2 * I, H)
     w2, s2 = mx(H, I)
     layer = torch.nn.Module()
-    for name, t in (("w13_weight", w13), ("w2_weight", w2),
-                    ("w13_weight_scale", s13), ("w2_weight_scale", s2)):
+    for name, t in (
+        ("w13_weight", w13),
+        ("w2_weight", w2),
+        ("w13_weight_scale", s13),
+        ("w2_weight_scale", s2),
+    ):
         layer.register_parameter(name, torch.nn.Parameter(t.clone(), requires_grad=False))
     layer.swiglu_alpha, layer.swiglu_beta, layer.swiglu_limit = 1.702, 1.0, 7.0
     layer._expert_routing_tables = lambda: None
@@ -133,15 +138,19 @@ def test_modelopt_converts_at_load(monkeypatch, conv, vllm_logs):
     assert layer.w13_weight_scale.shape == (E, 3, 2)
     assert layer.w2_weight_scale.shape == (E, 2, 2)
     assert layer.weight_block_size == [128, 128] == method.weight_block_size
-    for w, s, nw, ns in ((w13, s13, layer.w13_weight, layer.w13_weight_scale),
-                         (w2, s2, layer.w2_weight, layer.w2_weight_scale)):
+    for w, s, nw, ns in (
+        (w13, s13, layer.w13_weight, layer.w13_weight_scale),
+        (w2, s2, layer.w2_weight, layer.w2_weight_scale),
+    ):
         ref = conv.dequant_mxfp8(w, s)
         got = conv.dequant_block_fp8(nw.data, ns.data)
         # scales spread over 10 binades per tile: only shifted subnormals round
         assert float((got - ref).norm() / ref.norm()) < 1e-3
     lines = [m for m in vllm_logs if m.startswith(conv.CONVERSION_MARKER)]
-    assert lines == [f"{conv.CONVERSION_MARKER} (3 experts/layer, torch.float8_e4m3fnuz, "
-                     "128x128 blocks); MoE runs on the Triton block-FP8 kernel."]
+    assert lines == [
+        f"{conv.CONVERSION_MARKER} (3 experts/layer, torch.float8_e4m3fnuz, "
+        "128x128 blocks); MoE runs on the Triton block-FP8 kernel."
+    ]
     qc = calls["moe_quant_config"]
     assert qc is method.moe_quant_config and calls["experts_cls"] is TritonExperts
     assert qc.block_shape == [128, 128]

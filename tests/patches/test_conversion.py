@@ -64,7 +64,7 @@ def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
 def test_all_256_fn_bytes_reencode_to_fnuz_exactly(conv):
     nan_bytes = {0x7F, 0xFF}
     good = [b for b in range(256) if b not in nan_bytes]  # 254 bytes
-    w = torch.tensor(good * 2, dtype=torch.uint8)[:256 * 2 - 4]
+    w = torch.tensor(good * 2, dtype=torch.uint8)[: 256 * 2 - 4]
     w = torch.nn.functional.pad(w, (0, 512 - w.numel())).view(1, 2, 256).view(FN)
     s = torch.full((1, 2, 8), 127, dtype=torch.uint8)
     for dt, val in ((FNUZ, fnuz_value), (FN, fn_value)):
@@ -81,8 +81,9 @@ def test_all_256_fn_bytes_reencode_to_fnuz_exactly(conv):
         bad = torch.zeros(1, 1, 32, dtype=torch.uint8)
         bad[0, 0, 5] = b
         with pytest.raises(ValueError, match="NaN"):
-            conv.convert_mxfp8_to_block_fp8(bad.view(FN), torch.full((1, 1, 1), 127,
-                                            dtype=torch.uint8), fp8_dtype=FNUZ)
+            conv.convert_mxfp8_to_block_fp8(
+                bad.view(FN), torch.full((1, 1, 1), 127, dtype=torch.uint8), fp8_dtype=FNUZ
+            )
 
 
 @pytest.mark.parametrize("dt", [FN, FNUZ])
@@ -119,8 +120,10 @@ def _check_error(conv, w, s, dt):
     ref = conv.dequant_mxfp8(w, s)
     got = conv.dequant_block_fp8(q, sc)
     tile_unit = sc.double() / (2.0 if dt == FNUZ else 1.0)  # 2**(t-127)
-    bound = conv.dequant_block_fp8(torch.ones_like(q, dtype=torch.float32).to(dt),
-                                   tile_unit) * BOUND_UNITS
+    bound = (
+        conv.dequant_block_fp8(torch.ones_like(q, dtype=torch.float32).to(dt), tile_unit)
+        * BOUND_UNITS
+    )
     assert bool(((got - ref).abs() <= bound).all())
     return rel_err(got, ref)
 
@@ -139,8 +142,9 @@ def test_error_adversarial_mixed_exponents(conv, dt):
     g = torch.Generator().manual_seed(3)
     x = torch.randn(2, 256, 512, generator=g)
     # every 1x32 group gets its own magnitude, spread over 2**-12 .. 2**12
-    x = x * torch.exp2(torch.randint(-12, 13, (2, 256, 16, 1), generator=g).float()
-                       ).expand(2, 256, 16, 32).reshape(2, 256, 512)
+    x = x * torch.exp2(torch.randint(-12, 13, (2, 256, 16, 1), generator=g).float()).expand(
+        2, 256, 16, 32
+    ).reshape(2, 256, 512)
     w, s = mx_quantize(x)
     err = _check_error(conv, w, s, dt)
     assert err < 2e-2, err
@@ -178,8 +182,7 @@ def test_e8m0_254_fnuz_saturates_at_240(conv):
 def test_rejects_bad_inputs(conv):
     w = torch.zeros(1, 4, 48, dtype=FN)
     with pytest.raises(ValueError, match="not a multiple of the MX group size 32"):
-        conv.convert_mxfp8_to_block_fp8(w, torch.zeros(1, 4, 1, dtype=torch.uint8),
-                                        fp8_dtype=FNUZ)
+        conv.convert_mxfp8_to_block_fp8(w, torch.zeros(1, 4, 1, dtype=torch.uint8), fp8_dtype=FNUZ)
     w = torch.zeros(1, 4, 64, dtype=FN)
     s = torch.full((1, 4, 2), 255, dtype=torch.uint8)
     with pytest.raises(ValueError, match="E8M0 NaN"):

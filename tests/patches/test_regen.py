@@ -42,8 +42,12 @@ def _project_copy(tmp_path: Path) -> Path:
 
 
 def _run(root: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(root / "patches" / "regen.py"), *args],
-                          capture_output=True, text=True, cwd=root)
+    return subprocess.run(
+        [sys.executable, str(root / "patches" / "regen.py"), *args],
+        capture_output=True,
+        text=True,
+        cwd=root,
+    )
 
 
 def test_check_fails_on_drift_and_make_patches_fixes_it(tmp_path):
@@ -54,10 +58,12 @@ def test_check_fails_on_drift_and_make_patches_fixes_it(tmp_path):
     drift = _run(root, "--check")
     assert drift.returncode == 1
     assert drift.stderr.strip() == (
-        "error: 0001-mxfp8-block-fp8-conversion.patch drifted from patches/src; run `make patches`")
+        "error: 0001-mxfp8-block-fp8-conversion.patch drifted from patches/src; run `make patches`"
+    )
     fixed = _run(root)
     assert fixed.returncode == 0 and fixed.stdout.strip() == (
-        "regenerated patches/0001-mxfp8-block-fp8-conversion.patch")
+        "regenerated patches/0001-mxfp8-block-fp8-conversion.patch"
+    )
     assert _run(root, "--check").returncode == 0
     patch = (root / "patches" / PATCH_0001.name).read_text()
     assert "+MXFP8_GROUP = 32  # edited\n" in patch
@@ -77,7 +83,8 @@ def test_missing_source_is_one_error_line(tmp_path):
     res = _run(root, "--check")
     assert res.returncode == 2
     assert res.stderr.count("\n") == 1 and res.stderr.startswith(
-        f"error: {PATCH_0001.name}: creates {CONVERSION_REL} but its source ")
+        f"error: {PATCH_0001.name}: creates {CONVERSION_REL} but its source "
+    )
 
 
 def test_makefile_has_the_targets():

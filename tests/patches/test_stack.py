@@ -28,8 +28,9 @@ PINNED_ONLY = ["0004-pinned-swiglu-oai-block-fp8-passthrough.patch"]
 
 
 def _blob(path: Path) -> str:
-    return subprocess.run(["git", "hash-object", str(path)], capture_output=True,
-                          text=True, check=True).stdout.strip()
+    return subprocess.run(
+        ["git", "hash-object", str(path)], capture_output=True, text=True, check=True
+    ).stdout.strip()
 
 
 def test_series_layout():
@@ -42,7 +43,7 @@ def test_series_layout():
     ]
     # Same patches in the same order, plus the pinned-only pass-through.
     assert pinned[: len(series)] == series
-    assert pinned[len(series):] == PINNED_ONLY
+    assert pinned[len(series) :] == PINNED_ONLY
     listed = set(series) | set(pinned)
     on_disk = {p.name for p in PATCHES.glob("*.patch")}
     assert on_disk == listed
@@ -120,14 +121,14 @@ _QCFG_SCRIPT = textwrap.dedent("""
 
 
 def _qcfg(site: Path) -> str:
-    r = subprocess.run([sys.executable, "-c", _QCFG_SCRIPT, str(site)],
-                       capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-c", _QCFG_SCRIPT, str(site)], capture_output=True, text=True, timeout=300
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     return [ln for ln in r.stdout.splitlines() if ln.startswith("QCFG")][0]
 
 
-def test_swiglu_oai_reaches_block_fp8_config_on_every_target(pristine_site, patched_site,
-                                                            tmp_path):
+def test_swiglu_oai_reaches_block_fp8_config_on_every_target(pristine_site, patched_site, tmp_path):
     want = "QCFG [128, 128] 1.702 1.0 7.0"
     # vLLM 0.24.0 + series
     assert _qcfg(patched_site) == want
@@ -141,6 +142,8 @@ def test_swiglu_oai_reaches_block_fp8_config_on_every_target(pristine_site, patc
         assert r.returncode == 0 and "fuzz" not in r.stdout, r.stdout + r.stderr
     assert _qcfg(site) == want
     # ... and the two fixed files are byte-identical to 0.24.0's.
-    for rel in ("vllm/model_executor/layers/fused_moe/config.py",
-                "vllm/model_executor/layers/fused_moe/oracle/fp8.py"):
+    for rel in (
+        "vllm/model_executor/layers/fused_moe/config.py",
+        "vllm/model_executor/layers/fused_moe/oracle/fp8.py",
+    ):
         assert (site / rel).read_bytes() == (pristine_site / rel).read_bytes()

@@ -41,8 +41,12 @@ def variant(patched_tree, tmp_path):
     def make(mutate, *, patched=None) -> Tree:
         site = tmp_path / "site"
         subprocess.run(["cp", "-al", str(patched_tree.site), str(site)], check=True)
-        tree = Tree(site, list(patched or patched_tree.patched), list(patched_tree.tables),
-                    tmp_path / "manifest.json")
+        tree = Tree(
+            site,
+            list(patched or patched_tree.patched),
+            list(patched_tree.tables),
+            tmp_path / "manifest.json",
+        )
         mutate(tree)
         tree.write_manifest()
         return tree

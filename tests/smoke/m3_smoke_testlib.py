@@ -17,11 +17,12 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-
 REPO = Path(__file__).resolve().parents[2]
 SMOKE = REPO / "smoke"
-PRISTINE_SITE = REPO / "build" / "cache" / "vllm-0.24.0" / "site"   # filled by ensure_pristine_site()
-TUNING = REPO / "tuning"          # the project's tables (byte copies of shared/, see tests/tuning)
+PRISTINE_SITE = (
+    REPO / "build" / "cache" / "vllm-0.24.0" / "site"
+)  # filled by ensure_pristine_site()
+TUNING = REPO / "tuning"  # the project's tables (byte copies of shared/, see tests/tuning)
 TABLES = [
     "E=128,N=384,device_name=AMD_Instinct_MI300X,dtype=fp8_w8a8,block_shape=[128,128].json",
     "E=16,N=3072,device_name=AMD_Instinct_MI300X,dtype=fp8_w8a8,block_shape=[128,128].json",
@@ -63,8 +64,9 @@ class Tree:
     def write_manifest(self, **overrides) -> Path:
         from builder.manifest import tree_manifest
 
-        m = tree_manifest(self.vllm, [p for p in self.patched if (self.vllm / p).exists()],
-                          self.tables, GOLDEN)
+        m = tree_manifest(
+            self.vllm, [p for p in self.patched if (self.vllm / p).exists()], self.tables, GOLDEN
+        )
         m.update(overrides)
         self.manifest.write_text(json.dumps(m, indent=1))
         return self.manifest
@@ -101,16 +103,28 @@ class SuiteRun:
         return [ln for ln in self.stdout.splitlines() if ln.startswith(("PASS ", "FAIL "))]
 
 
-def run_suite(tree: Tree, report_dir: Path, *, checks=None, platform="mock", manifest=None) -> SuiteRun:
+def run_suite(
+    tree: Tree, report_dir: Path, *, checks=None, platform="mock", manifest=None
+) -> SuiteRun:
     env = {**os.environ, "PYTHONPATH": f"{tree.site}:{SMOKE}", "VLLM_LOGGING_LEVEL": "WARNING"}
     env.pop("VLLM_TUNED_CONFIG_FOLDER", None)
-    cmd = [sys.executable, "-m", "m3_smoke", "run", "--manifest", str(manifest or tree.manifest),
-           "--report-dir", str(report_dir), "--platform", platform]
+    cmd = [
+        sys.executable,
+        "-m",
+        "m3_smoke",
+        "run",
+        "--manifest",
+        str(manifest or tree.manifest),
+        "--report-dir",
+        str(report_dir),
+        "--platform",
+        platform,
+    ]
     if checks:
         cmd += ["--checks", ",".join(checks)]
-    res = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900, cwd=str(report_dir.parent))
+    res = subprocess.run(
+        cmd, capture_output=True, text=True, env=env, timeout=900, cwd=str(report_dir.parent)
+    )
     rj = report_dir / "report.json"
     report = json.loads(rj.read_text()) if rj.is_file() else {}
     return SuiteRun(res.returncode, res.stdout, res.stderr, report, report_dir)
-
-

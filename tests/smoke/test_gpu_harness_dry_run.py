@@ -14,10 +14,21 @@ from m3_smoke_testlib import REPO
 
 def test_harness_dry_run(patched_tree, tmp_path):
     out = tmp_path / "dry.json"
-    res = subprocess.run([sys.executable, str(REPO / "tests/gpu/device_numerics.py"), "--vllm-site",
-                          str(patched_tree.site), "--cpu-dry-run", "--json", str(out)],
-                         capture_output=True, text=True, timeout=900,
-                         env={**os.environ, "VLLM_LOGGING_LEVEL": "WARNING"})
+    res = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "tests/gpu/device_numerics.py"),
+            "--vllm-site",
+            str(patched_tree.site),
+            "--cpu-dry-run",
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env={**os.environ, "VLLM_LOGGING_LEVEL": "WARNING"},
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     doc = json.loads(out.read_text())
     smoke = doc["shapes"]["smoke"]

@@ -57,7 +57,9 @@ def test_swiglu_oai_matches_vllm_formula():
 def test_paths_agree_within_fp8_error_on_a_small_problem(patched_tree):
     sys.path.insert(0, str(patched_tree.site))
     try:
-        mod = importlib.import_module("vllm.model_executor.layers.quantization.utils.mxfp8_block_fp8")
+        mod = importlib.import_module(
+            "vllm.model_executor.layers.quantization.utils.mxfp8_block_fp8"
+        )
         prob = numerics.make_problem(SMALL)
         conv = numerics.convert_weights(prob, mod.convert_mxfp8_to_block_fp8)
     finally:
@@ -68,8 +70,10 @@ def test_paths_agree_within_fp8_error_on_a_small_problem(patched_tree):
     assert 0.01 < numerics.rel_err(blk, ref) < 0.08
     assert numerics.rel_err(blk, nat) < 0.1
     # a conversion that forgets the FNUZ re-encoding halves every weight
-    bad = {k: (v.view(torch.uint8).view(torch.float8_e4m3fnuz) if k in ("w13", "w2") else v / 2)
-           for k, v in conv.items()}
+    bad = {
+        k: (v.view(torch.uint8).view(torch.float8_e4m3fnuz) if k in ("w13", "w2") else v / 2)
+        for k, v in conv.items()
+    }
     assert numerics.rel_err(numerics.block_fp8_emulated(prob, bad), nat) > 0.3
 
 
@@ -103,8 +107,11 @@ def test_shipped_golden_is_small_and_matches_the_emulation():
 def _src_conversion():
     from pathlib import Path
 
-    src = (Path(__file__).resolve().parents[2] / "patches/src/vllm/model_executor/layers/quantization/utils"
-           / "mxfp8_block_fp8.py")
+    src = (
+        Path(__file__).resolve().parents[2]
+        / "patches/src/vllm/model_executor/layers/quantization/utils"
+        / "mxfp8_block_fp8.py"
+    )
     spec = importlib.util.spec_from_file_location("m3_conv_src_for_numerics", src)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
@@ -129,7 +136,8 @@ def test_per_tile_gate_names_one_doubled_tile():
     conv = {}
     for n in ("w13", "w2"):
         conv[n], conv[f"{n}_scale"] = conv_mod.convert_mxfp8_to_block_fp8(
-            prob[n], prob[f"{n}_scale"], fp8_dtype=torch.float8_e4m3fnuz)
+            prob[n], prob[f"{n}_scale"], fp8_dtype=torch.float8_e4m3fnuz
+        )
     good = C.weight_errors(prob, conv)
     assert good["max_tile_rel_err_weights"] < 1e-5
     conv["w2_scale"] = conv["w2_scale"].clone()
@@ -137,8 +145,10 @@ def test_per_tile_gate_names_one_doubled_tile():
     bad = C.weight_errors(prob, conv)
     assert bad["max_tile_rel_err_weights"] == pytest.approx(1.0, abs=1e-5)
     assert bad["worst_tile"] == ["w2", 2, 1, 1]
-    msgs = C.gate(dict(bad, rel_err_vs_golden=0.07, rel_err_vs_bf16=0.05, image_vs_emulation=0.0),
-                  DEFAULT_THRESHOLDS)
+    msgs = C.gate(
+        dict(bad, rel_err_vs_golden=0.07, rel_err_vs_bf16=0.05, image_vs_emulation=0.0),
+        DEFAULT_THRESHOLDS,
+    )
     assert "max_tile_rel_err_weights=1 > 0.1 (worst tile: w2 expert 2 tile [1,1])" in msgs
 
 
@@ -146,11 +156,22 @@ def test_gate_device_metrics():
     from m3_smoke import checks_numerics as C
     from m3_smoke.manifest import DEFAULT_THRESHOLDS
 
-    base = {"rel_err_weights": 1e-6, "max_tile_rel_err_weights": 2e-6, "rel_err_vs_golden": 0.07,
-            "rel_err_vs_bf16": 0.05, "image_vs_emulation": 0.0}
+    base = {
+        "rel_err_weights": 1e-6,
+        "max_tile_rel_err_weights": 2e-6,
+        "rel_err_vs_golden": 0.07,
+        "rel_err_vs_bf16": 0.05,
+        "image_vs_emulation": 0.0,
+    }
     assert C.gate(dict(base), DEFAULT_THRESHOLDS) == []
-    dev = dict(base, device_rel_err_vs_golden=0.07, device_rel_err_vs_bf16=0.05, device_vs_emulation=0.0255,
-               device_conversion_mismatch={"total": 3}, device_nonfinite=0)
+    dev = dict(
+        base,
+        device_rel_err_vs_golden=0.07,
+        device_rel_err_vs_bf16=0.05,
+        device_vs_emulation=0.0255,
+        device_conversion_mismatch={"total": 3},
+        device_nonfinite=0,
+    )
     assert C.gate(dev, DEFAULT_THRESHOLDS) == [
         "device_vs_emulation=0.0255 > 0.005",
         "device conversion differs from the CPU path (3 bytes/scales)",

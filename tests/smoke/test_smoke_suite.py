@@ -8,10 +8,9 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 
 import pytest
+from m3_smoke_testlib import CONFIGS, replace_file
 
 from m3_smoke import CHECK_NAMES
-
-from m3_smoke_testlib import CONFIGS, replace_file
 
 ORACLE = "model_executor/layers/fused_moe/oracle/mxfp8.py"
 MODELOPT = "model_executor/layers/quantization/modelopt.py"
@@ -30,7 +29,10 @@ def test_suite_passes_on_the_patched_tree(patched_tree, suite):
     assert fp["files"] == len(patched_tree.patched) == 3
 
     inst = run.check("tables_installed")["details"]
-    assert inst["E=128,N=384"]["batch_sizes"][:3] == [1, 2, 4] and len(inst["E=128,N=384"]["batch_sizes"]) == 18
+    assert (
+        inst["E=128,N=384"]["batch_sizes"][:3] == [1, 2, 4]
+        and len(inst["E=128,N=384"]["batch_sizes"]) == 18
+    )
     assert len(inst["E=16,N=3072"]["batch_sizes"]) == 14  # v1782 (supersedes v1753's 8 keys)
 
     look = run.check("tables_lookup")["details"]
@@ -38,7 +40,11 @@ def test_suite_passes_on_the_patched_tree(patched_tree, suite):
     assert look["E=16,N=3072"]["batch_sizes"] == 14
 
     g942 = run.check("backend_marker_gfx942")["details"]
-    assert (g942["platform"], g942["backend"], g942["experts"]) == ("mock", "TRITON", "TritonExperts")
+    assert (g942["platform"], g942["backend"], g942["experts"]) == (
+        "mock",
+        "TRITON",
+        "TritonExperts",
+    )
     g950 = run.check("backend_marker_gfx950")["details"]
     assert (g950["backend"], g950["experts"]) == ("NATIVE_MXFP8", "Mxfp8NativeTritonExperts")
 
@@ -49,20 +55,25 @@ def test_suite_passes_on_the_patched_tree(patched_tree, suite):
 
     num = run.check("numerics_vs_native")["details"]
     assert num["shape"] == {"tokens": 16, "hidden": 6144, "inter": 384, "experts": 8, "top_k": 4}
-    assert num["rel_err_weights"] < 1e-4            # pow2 conversion: only subnormal re-rounding
-    assert num["max_tile_rel_err_weights"] < 1e-4   # measured 1.9e-6 (problem v2)
-    assert 0.06 < num["rel_err_vs_golden"] < 0.09     # measured 0.073 (problem v2; v1: 0.063)
-    assert 0.04 < num["rel_err_vs_bf16"] < 0.07       # measured 0.055 (v1: 0.043)
-    assert 0.04 < num["native_vs_bf16"] < 0.07        # measured 0.057 (v1: 0.047)
+    assert num["rel_err_weights"] < 1e-4  # pow2 conversion: only subnormal re-rounding
+    assert num["max_tile_rel_err_weights"] < 1e-4  # measured 1.9e-6 (problem v2)
+    assert 0.06 < num["rel_err_vs_golden"] < 0.09  # measured 0.073 (problem v2; v1: 0.063)
+    assert 0.04 < num["rel_err_vs_bf16"] < 0.07  # measured 0.055 (v1: 0.043)
+    assert 0.04 < num["native_vs_bf16"] < 0.07  # measured 0.057 (v1: 0.047)
     assert num["golden_vs_native_emulation"] == 0.0  # golden recorded with this exact emulation
     assert num["converted_nonfinite"] == 0
     # alpha/beta/clamp come from the MoE kernel the image's ModelOpt layer built
     assert num["swiglu_image"] == {"alpha": 1.702, "beta": 1.0, "limit": 7.0, "source": "experts"}
     assert num["image_vs_emulation"] == 0.0
     # thresholds re-derived for problem v2 (issue 9): docs/validation.md
-    assert num["thresholds"] == {"rel_err_vs_golden": 0.13, "rel_err_vs_bf16": 0.11, "rel_err_weights": 0.05,
-                                 "max_tile_rel_err_weights": 0.1, "image_vs_emulation": 0.005,
-                                 "device_vs_emulation": 0.005}
+    assert num["thresholds"] == {
+        "rel_err_vs_golden": 0.13,
+        "rel_err_vs_bf16": 0.11,
+        "rel_err_weights": 0.05,
+        "max_tile_rel_err_weights": 0.1,
+        "image_vs_emulation": 0.005,
+        "device_vs_emulation": 0.005,
+    }
 
     junit = ET.parse(run.report_dir / "junit.xml").getroot()
     ts = junit.find("testsuite")
@@ -83,7 +94,9 @@ def test_marker_missing_fails_backend_marker_gfx942(variant, suite):
     assert run.rc == 1
     assert run.failed == ["backend_marker_gfx942"]
     assert run.lines()[0] == "PASS fingerprints"  # the manifest fingerprints the broken stack
-    assert run.lines()[1].startswith("FAIL backend_marker_gfx942: BACKEND_MARKER not logged on gfx942 (mock)")
+    assert run.lines()[1].startswith(
+        "FAIL backend_marker_gfx942: BACKEND_MARKER not logged on gfx942 (mock)"
+    )
     assert run.lines()[2] == "PASS backend_marker_gfx950"
 
 
@@ -110,8 +123,10 @@ def _remove_fnuz_normalization(keep_zero_fix: bool):
 
 
 def test_fnuz_normalization_removed_fails_numerics(variant, suite):
-    run = suite(variant(_remove_fnuz_normalization(keep_zero_fix=False)),
-                checks=["numerics_vs_native", "backend_marker_gfx942"])
+    run = suite(
+        variant(_remove_fnuz_normalization(keep_zero_fix=False)),
+        checks=["numerics_vs_native", "backend_marker_gfx942"],
+    )
     assert run.rc == 1
     assert run.failed == ["numerics_vs_native"]
     assert run.lines()[1] == (
@@ -128,11 +143,15 @@ def test_fnuz_normalization_removed_fails_numerics(variant, suite):
 def test_fnuz_scale_not_doubled_fails_numerics(variant, suite):
     """Only the scale doubling missing (zeros fixed): finite, but every weight is
     worth half -- caught by the thresholds, not by a NaN."""
-    run = suite(variant(_remove_fnuz_normalization(keep_zero_fix=True)), checks=["numerics_vs_native"])
+    run = suite(
+        variant(_remove_fnuz_normalization(keep_zero_fix=True)), checks=["numerics_vs_native"]
+    )
     assert run.rc == 1 and run.failed == ["numerics_vs_native"]
     d = run.check("numerics_vs_native")["details"]
     assert 0.49 < d["rel_err_weights"] < 0.51
-    assert 0.6 < d["rel_err_vs_golden"] < 0.9 and 0.6 < d["rel_err_vs_bf16"] < 0.9  # v2: 0.74 (v1: 0.84)
+    assert (
+        0.6 < d["rel_err_vs_golden"] < 0.9 and 0.6 < d["rel_err_vs_bf16"] < 0.9
+    )  # v2: 0.74 (v1: 0.84)
     assert d["max_tile_rel_err_weights"] == pytest.approx(0.5, abs=1e-3)  # every tile worth half
     assert d["converted_nonfinite"] == 0
     reason = run.check("numerics_vs_native")["reason"]
@@ -143,8 +162,13 @@ def test_fnuz_scale_not_doubled_fails_numerics(variant, suite):
 
 def test_swiglu_params_dropped_fails_swiglu_params(variant, suite):
     def drop(t):
-        _edit(t, MODELOPT, '            gemm1_alpha=getattr(layer, "swiglu_alpha", None),\n'
-                           '            gemm1_beta=getattr(layer, "swiglu_beta", None),\n', "")
+        _edit(
+            t,
+            MODELOPT,
+            '            gemm1_alpha=getattr(layer, "swiglu_alpha", None),\n'
+            '            gemm1_beta=getattr(layer, "swiglu_beta", None),\n',
+            "",
+        )
 
     run = suite(variant(drop, patched=None), checks=["swiglu_params", "backend_marker_gfx942"])
     assert run.rc == 1
@@ -172,9 +196,13 @@ def test_table_misnamed_fails_tables_installed_and_lookup(variant, suite):
     assert run.rc == 1
     assert run.failed == ["tables_installed", "tables_lookup"]
     inst, look = run.lines()
-    assert inst.startswith(f"FAIL tables_installed: '{wrong}': vLLM looks up '{E128}' for E=128,N=384")
+    assert inst.startswith(
+        f"FAIL tables_installed: '{wrong}': vLLM looks up '{E128}' for E=128,N=384"
+    )
     assert "required table E=128,N=384 not verified" in inst
-    assert look.startswith("FAIL tables_lookup: E=128,N=384: vLLM returned the default config for M=1,2,4,8,16,24")
+    assert look.startswith(
+        "FAIL tables_lookup: E=128,N=384: vLLM returned the default config for M=1,2,4,8,16,24"
+    )
     assert f"instead of {wrong}" in look
 
 
@@ -190,9 +218,10 @@ def test_stale_table_content_fails_tables_lookup(variant, suite):
         shutil.copyfile(PRISTINE_SITE / "vllm" / CONFIGS / E128, t.vllm / CONFIGS / E128)
 
     tree = variant(stale)
-    from m3_smoke_testlib import TUNING
     import hashlib
     import json
+
+    from m3_smoke_testlib import TUNING
 
     m = json.loads(tree.manifest.read_text())
     tuned = hashlib.sha256((TUNING / E128).read_bytes()).hexdigest()
@@ -213,19 +242,27 @@ def test_unpatched_tree_fails_by_name(tmp_path, suite):
     from m3_smoke_testlib import Tree, ensure_pristine_site, install_tables
 
     site = tmp_path / "site"
-    shutil.copytree(ensure_pristine_site() / "vllm", site / "vllm", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(
+        ensure_pristine_site() / "vllm", site / "vllm", ignore=shutil.ignore_patterns("__pycache__")
+    )
     tree = Tree(site, [ORACLE, MODELOPT], install_tables(site / "vllm"), tmp_path / "manifest.json")
     tree.write_manifest()
     run = suite(tree)
     assert run.rc == 1
-    assert run.failed == ["backend_marker_gfx942", "backend_marker_gfx950", "swiglu_params", "numerics_vs_native"]
+    assert run.failed == [
+        "backend_marker_gfx942",
+        "backend_marker_gfx950",
+        "swiglu_params",
+        "numerics_vs_native",
+    ]
     lines = dict(ln.split(" ", 1) for ln in run.lines())
     assert run.lines()[:3] == ["PASS fingerprints", "PASS tables_installed", "PASS tables_lookup"]
     assert "conversion module not importable" in run.check("backend_marker_gfx942")["reason"]
     assert "block_shape [1, 32], backend EMULATION" in run.check("swiglu_params")["reason"]
     # the image's layer is built as served: unpatched, it keeps the BF16 emulation weights
     assert run.check("numerics_vs_native")["reason"].startswith(
-        "w13: converted weight torch.bfloat16[8, 768, 6144], want torch.float8_e4m3fnuz[8, 768, 6144]")
+        "w13: converted weight torch.bfloat16[8, 768, 6144], want torch.float8_e4m3fnuz[8, 768, 6144]"
+    )
     assert lines["FAIL"]  # at least one FAIL line printed
 
 
@@ -235,7 +272,12 @@ def test_junit_reports_each_failure_by_name(variant, suite):
     ts = ET.parse(run.report_dir / "junit.xml").getroot().find("testsuite")
     assert (ts.get("tests"), ts.get("failures")) == ("2", "1")
     cases = {tc.get("name"): tc for tc in ts.iter("testcase")}
-    assert cases["backend_marker_gfx942"].find("failure").get("message").startswith("BACKEND_MARKER not logged")
+    assert (
+        cases["backend_marker_gfx942"]
+        .find("failure")
+        .get("message")
+        .startswith("BACKEND_MARKER not logged")
+    )
     assert cases["backend_marker_gfx950"].find("failure") is None
 
 
@@ -255,8 +297,12 @@ def test_platform_mock_is_undone(arch, patched_tree):
         "    inside = (p.is_rocm(), str(p.fp8_dtype()), p.supports_mx(), p.get_device_name())\n"
         "print(inside, before == (cp.is_rocm(), cp.fp8_dtype()), 'is_rocm' in cp.__dict__)\n"
     )
-    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         env={"PYTHONPATH": f"{patched_tree.site}:{SMOKE}", "PATH": "/usr/bin:/bin"})
+    res = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": f"{patched_tree.site}:{SMOKE}", "PATH": "/usr/bin:/bin"},
+    )
     fp8 = "torch.float8_e4m3fnuz" if arch == "gfx942" else "torch.float8_e4m3fn"
     assert res.stdout.strip().splitlines()[-1] == (
         f"(True, '{fp8}', {arch == 'gfx950'}, 'AMD_Instinct_MI300X') True False"

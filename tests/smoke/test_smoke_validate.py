@@ -11,15 +11,14 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from m3_smoke_testlib import CONFIGS, GOLDEN, SMOKE
 
-from builder.errors import ValidationFailed
 from builder.engine import Engine
-from builder.validate import ValidationResult, _gpu_run_options, require_passed, run_validation
-from m3_smoke import CHECK_NAMES
+from builder.errors import ValidationFailed
 from builder.image_layout import MANIFEST_PATH, SMOKE_INSTALL
 from builder.manifest import tree_manifest
-
-from m3_smoke_testlib import CONFIGS, GOLDEN, SMOKE
+from builder.validate import ValidationResult, _gpu_run_options, require_passed, run_validation
+from m3_smoke import CHECK_NAMES
 
 IMAGE_VLLM = "/usr/local/lib/python3.11/dist-packages/vllm"
 ORACLE = "model_executor/layers/fused_moe/oracle/mxfp8.py"
@@ -45,16 +44,23 @@ def _manifest_for(files: dict[str, bytes], tree, tmp: Path) -> bytes:
     root = tmp / "vllm"
     for path, data in files.items():
         if path.startswith(IMAGE_VLLM + "/"):
-            out = root / path[len(IMAGE_VLLM) + 1:]
+            out = root / path[len(IMAGE_VLLM) + 1 :]
             out.parent.mkdir(parents=True, exist_ok=True)
             out.write_bytes(data)
-    m = tree_manifest(root, tree.patched, tree.tables, f"{SMOKE_INSTALL}/golden/{GOLDEN.name}", vllm_root=IMAGE_VLLM)
+    m = tree_manifest(
+        root,
+        tree.patched,
+        tree.tables,
+        f"{SMOKE_INSTALL}/golden/{GOLDEN.name}",
+        vllm_root=IMAGE_VLLM,
+    )
     return json.dumps(m, indent=1).encode()
 
 
 def _build(client, base: str, files: dict[str, bytes], tag: str) -> str:
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
+
         def add(name, data):
             info = tarfile.TarInfo(name)
             info.size, info.mode, info.mtime = len(data), 0o644, 0
@@ -73,8 +79,12 @@ def images(docker_client, standin_base, patched_tree, tmp_path_factory):
     built = {}
     for name, broken in (("good", False), ("no-marker", True)):
         files = _image_files(patched_tree, drop_marker=broken)
-        files[str(MANIFEST_PATH)] = _manifest_for(files, patched_tree, tmp_path_factory.mktemp(name))
-        built[name] = _build(docker_client, standin_base.reference, files, f"m3-image-smoke-test:{name}")
+        files[str(MANIFEST_PATH)] = _manifest_for(
+            files, patched_tree, tmp_path_factory.mktemp(name)
+        )
+        built[name] = _build(
+            docker_client, standin_base.reference, files, f"m3-image-smoke-test:{name}"
+        )
     yield built
     for name in built:
         try:
@@ -100,7 +110,9 @@ def test_good_image_passes_and_reports_come_out(docker_client, images, tmp_path)
     on_disk = json.loads((tmp_path / "r" / "report.json").read_text())
     assert on_disk == result.report
     assert b'tests="7" failures="0"' in (tmp_path / "r" / "junit.xml").read_bytes()
-    assert [ln for ln in lines if ln.startswith(("PASS", "FAIL"))] == [f"PASS {n}" for n in CHECK_NAMES]
+    assert [ln for ln in lines if ln.startswith(("PASS", "FAIL"))] == [
+        f"PASS {n}" for n in CHECK_NAMES
+    ]
     assert _containers_of(docker_client, images["good"]) == []
     assert require_passed(result) is result
     num = next(c for c in result.report["checks"] if c["name"] == "numerics_vs_native")["details"]
@@ -108,12 +120,19 @@ def test_good_image_passes_and_reports_come_out(docker_client, images, tmp_path)
 
 
 def test_broken_image_fails_by_name_and_require_passed_raises(docker_client, images, tmp_path):
-    result = run_validation(Engine(docker_client), images["no-marker"], tmp_path / "r", log=lambda s: None,
-                            checks=["fingerprints", "backend_marker_gfx942", "backend_marker_gfx950"])
+    result = run_validation(
+        Engine(docker_client),
+        images["no-marker"],
+        tmp_path / "r",
+        log=lambda s: None,
+        checks=["fingerprints", "backend_marker_gfx942", "backend_marker_gfx950"],
+    )
     assert result.passed is False
     assert result.failed_checks == ["backend_marker_gfx942"]
     assert result.exit_code == 1
-    assert json.loads((tmp_path / "r" / "report.json").read_text())["failed_checks"] == ["backend_marker_gfx942"]
+    assert json.loads((tmp_path / "r" / "report.json").read_text())["failed_checks"] == [
+        "backend_marker_gfx942"
+    ]
     assert b'name="backend_marker_gfx942"' in (tmp_path / "r" / "junit.xml").read_bytes()
     assert _containers_of(docker_client, images["no-marker"]) == []
     with pytest.raises(ValidationFailed) as exc:
@@ -124,7 +143,9 @@ def test_broken_image_fails_by_name_and_require_passed_raises(docker_client, ima
 
 def test_image_without_suite_fails_with_suite(docker_client, standin_base, tmp_path):
     """The base image alone (no suite, no manifest): no report comes back; that is a failure."""
-    result = run_validation(Engine(docker_client), standin_base.reference, tmp_path / "r", log=lambda s: None)
+    result = run_validation(
+        Engine(docker_client), standin_base.reference, tmp_path / "r", log=lambda s: None
+    )
     assert result.passed is False and result.failed_checks == ["suite"]
     assert result.exit_code == 1
     assert "No module named m3_smoke" in result.report["error"]
@@ -141,12 +162,20 @@ def test_gpu_options_when_rocm_devices_exist(tmp_path):
     assert opts["ipc_mode"] == "host" and opts["shm_size"] == "16g"
     import grp
 
-    want = {str(grp.getgrnam(g).gr_gid) for g in ("video", "render") if g in {x.gr_name for x in grp.getgrall()}}
+    want = {
+        str(grp.getgrnam(g).gr_gid)
+        for g in ("video", "render")
+        if g in {x.gr_name for x in grp.getgrall()}
+    }
     assert want <= set(opts["group_add"])
     assert all(g.isdigit() and g != "0" for g in opts["group_add"])
 
 
 def test_require_passed_is_the_only_raiser():
-    bad = ValidationResult(image="img", passed=False, failed_checks=["numerics_vs_native", "swiglu_params"], report={})
-    with pytest.raises(ValidationFailed, match=r"^img: validation failed: numerics_vs_native, swiglu_params$"):
+    bad = ValidationResult(
+        image="img", passed=False, failed_checks=["numerics_vs_native", "swiglu_params"], report={}
+    )
+    with pytest.raises(
+        ValidationFailed, match=r"^img: validation failed: numerics_vs_native, swiglu_params$"
+    ):
         require_passed(bad)

@@ -13,12 +13,14 @@ from builder.errors import BuilderError
 from standin.pinned import LOCAL_TAG, check_image, read_blobs
 
 VLLM_ROOT = "/usr/local/lib/python3.11/dist-packages/vllm"
-PINNED = {"model_executor/layers/fused_moe/config.py": "0755699d1a4545649e8f5af5de77bbf2c6b24fab",
-          "model_executor/layers/fused_moe/oracle/fp8.py": "acbf2cb46ad42927fa344363059fe37a970d132b",
-          "model_executor/layers/quantization/modelopt.py": "33c7c7532a0ba823e4e7a23538300a5977a4553e",
-          # untouched by the reconstruction: the same bytes as 0.24.0 (and as the pinned revision)
-          "model_executor/layers/fused_moe/oracle/mxfp8.py": "d0d7c76481b0a315e9c57810d40394822f62594c",
-          "model_executor/layers/quantization/utils/mxfp8_utils.py": "e6063b463284f912f6cd923d9cf65ff9515d56f2"}
+PINNED = {
+    "model_executor/layers/fused_moe/config.py": "0755699d1a4545649e8f5af5de77bbf2c6b24fab",
+    "model_executor/layers/fused_moe/oracle/fp8.py": "acbf2cb46ad42927fa344363059fe37a970d132b",
+    "model_executor/layers/quantization/modelopt.py": "33c7c7532a0ba823e4e7a23538300a5977a4553e",
+    # untouched by the reconstruction: the same bytes as 0.24.0 (and as the pinned revision)
+    "model_executor/layers/fused_moe/oracle/mxfp8.py": "d0d7c76481b0a315e9c57810d40394822f62594c",
+    "model_executor/layers/quantization/utils/mxfp8_utils.py": "e6063b463284f912f6cd923d9cf65ff9515d56f2",
+}
 
 
 def _blob(data: bytes) -> str:
@@ -36,16 +38,24 @@ def test_pinned_base_is_one_layer_on_the_standin(docker_client, standin_base, pi
     above = docker_client.api.inspect_image(pinned_base.reference)["RootFS"]["Layers"]
     assert above[:-1] == below and len(above) == len(below) + 1
     history = docker_client.api.history(pinned_base.reference)
-    assert sum(1 for entry in history if entry["Size"] > 0 and "COPY" in entry["CreatedBy"]
-               and entry["Id"] != "<missing>") >= 1
-    assert pinned_base.size - standin_base.size < 1 << 20        # three source files
+    assert (
+        sum(
+            1
+            for entry in history
+            if entry["Size"] > 0 and "COPY" in entry["CreatedBy"] and entry["Id"] != "<missing>"
+        )
+        >= 1
+    )
+    assert pinned_base.size - standin_base.size < 1 << 20  # three source files
 
 
 def test_pinned_base_is_pushed_by_digest(registry, pinned_base):
     assert pinned_base.repository == f"{registry}/m3-image/standin-base"
     assert pinned_base.local_tag == LOCAL_TAG == "m3-image/standin-base:vllm-4a560dd"
-    request = urllib.request.Request(f"http://{registry}/v2/m3-image/standin-base/manifests/vllm-4a560dd",
-                                     headers={"Accept": "application/vnd.docker.distribution.manifest.v2+json"})
+    request = urllib.request.Request(
+        f"http://{registry}/v2/m3-image/standin-base/manifests/vllm-4a560dd",
+        headers={"Accept": "application/vnd.docker.distribution.manifest.v2+json"},
+    )
     with urllib.request.urlopen(request, timeout=10) as response:
         body = response.read()
         assert response.headers["Docker-Content-Digest"] == pinned_base.digest
@@ -57,16 +67,22 @@ def test_second_build_reuses_the_layer(docker_client, registry, standin_base, pi
     from standin.pinned import build_pinned_base
 
     lines: list[str] = []
-    again = build_pinned_base(Engine(docker_client), standin_base, registry=registry, log=lines.append)
+    again = build_pinned_base(
+        Engine(docker_client), standin_base, registry=registry, log=lines.append
+    )
     assert (again.digest, again.image_id) == (pinned_base.digest, pinned_base.image_id)
-    assert any(line.startswith("standin: reusing m3-image/standin-base:vllm-4a560dd") for line in lines), lines
+    assert any(
+        line.startswith("standin: reusing m3-image/standin-base:vllm-4a560dd") for line in lines
+    ), lines
     assert not any("building" in line for line in lines), lines
 
 
 def test_the_image_check_refuses_the_plain_standin(docker_client, standin_base, pinned_base):
-    check_image(Engine(docker_client), pinned_base.reference)           # no error
+    check_image(Engine(docker_client), pinned_base.reference)  # no error
     with pytest.raises(BuilderError) as info:
         check_image(Engine(docker_client), standin_base.reference)
-    assert str(info.value) == (f"{standin_base.reference}: model_executor/layers/fused_moe/config.py: "
-                               "blob d7ad59b46cda6a635ae7a0270c363a5544f68e63, "
-                               "expected pinned 4a560dd blob 0755699d1a4545649e8f5af5de77bbf2c6b24fab")
+    assert str(info.value) == (
+        f"{standin_base.reference}: model_executor/layers/fused_moe/config.py: "
+        "blob d7ad59b46cda6a635ae7a0270c363a5544f68e63, "
+        "expected pinned 4a560dd blob 0755699d1a4545649e8f5af5de77bbf2c6b24fab"
+    )

@@ -27,9 +27,11 @@ REPO = Path(__file__).resolve().parents[2]
 CONFIG = "model_executor/layers/fused_moe/config.py"
 ORACLE_FP8 = "model_executor/layers/fused_moe/oracle/fp8.py"
 MODELOPT = "model_executor/layers/quantization/modelopt.py"
-PINNED = {CONFIG: "0755699d1a4545649e8f5af5de77bbf2c6b24fab",
-          ORACLE_FP8: "acbf2cb46ad42927fa344363059fe37a970d132b",
-          MODELOPT: "33c7c7532a0ba823e4e7a23538300a5977a4553e"}
+PINNED = {
+    CONFIG: "0755699d1a4545649e8f5af5de77bbf2c6b24fab",
+    ORACLE_FP8: "acbf2cb46ad42927fa344363059fe37a970d132b",
+    MODELOPT: "33c7c7532a0ba823e4e7a23538300a5977a4553e",
+}
 V0240 = {CONFIG: "d7ad59b4", ORACLE_FP8: "1b5030b1", MODELOPT: "d51a2dd3"}
 # What the production stack leaves in the two 0004 files on the pinned tree (measured, see
 # the data drop's README): config.py is new bytes, oracle/fp8.py becomes 0.24.0's.
@@ -61,13 +63,20 @@ def pinned_files(plain_site, tmp_path_factory) -> dict[str, bytes]:
 def test_provenance_records_the_committed_diff():
     rec = load_reconstruction()
     assert rec.diff == DATA_DIR / "vllm-0.24.0-to-4a560dd.diff"
-    assert rec.sha256 == sha256_file(rec.diff) == "893dd9ba1cd52911970a5dc8eceae1693a134c029b497b9c8a87a9024177f633"
+    assert (
+        rec.sha256
+        == sha256_file(rec.diff)
+        == "893dd9ba1cd52911970a5dc8eceae1693a134c029b497b9c8a87a9024177f633"
+    )
     assert {rel: post for rel, (_, post) in rec.files.items()} == PINNED
     assert all(pre.startswith(V0240[rel]) for rel, (pre, _) in rec.files.items())
     assert rec.commit == "4a560dd8db67c270f5e2afb614558271b76f2294"
     spec = yaml.safe_load((REPO / "image.yaml").read_text())
     definition = spec["definitions"]["minimax-m3-mi300x"]
-    assert rec.version == definition["vllm"]["version"] and rec.commit == definition["vllm"]["revision"]
+    assert (
+        rec.version == definition["vllm"]["version"]
+        and rec.commit == definition["vllm"]["revision"]
+    )
 
 
 def test_a_changed_diff_is_refused(tmp_path):
@@ -87,26 +96,32 @@ def test_reconstruction_gives_the_pinned_blobs(pinned_files):
 
 def test_reconstruction_refuses_a_base_that_is_not_0_24_0(pinned_files, tmp_path):
     with pytest.raises(BuilderError) as info:
-        reconstruct(dict(pinned_files), tmp_path)        # already the pinned bytes
+        reconstruct(dict(pinned_files), tmp_path)  # already the pinned bytes
     text = str(info.value)
     assert "\n" not in text
-    assert text.startswith("stand-in base: model_executor/layers/fused_moe/config.py: "
-                           "blob 0755699d1a4545649e8f5af5de77bbf2c6b24fab, "
-                           "expected vLLM 0.24.0 blob d7ad59b46cda6a635ae7a0270c363a5544f68e63")
+    assert text.startswith(
+        "stand-in base: model_executor/layers/fused_moe/config.py: "
+        "blob 0755699d1a4545649e8f5af5de77bbf2c6b24fab, "
+        "expected vLLM 0.24.0 blob d7ad59b46cda6a635ae7a0270c363a5544f68e63"
+    )
 
 
 def test_reconstruction_refuses_a_result_that_is_not_the_pinned_blob(plain_site, tmp_path):
     shutil.copytree(DATA_DIR, tmp_path / "data")
     provenance = tmp_path / "data" / PROVENANCE.name
-    provenance.write_text(provenance.read_text().replace("post: 33c7c7532a0ba823", "post: 33c7c7532a0ba824"))
+    provenance.write_text(
+        provenance.read_text().replace("post: 33c7c7532a0ba823", "post: 33c7c7532a0ba824")
+    )
     files = {rel: (plain_site / "vllm" / rel).read_bytes() for rel in PINNED}
     with pytest.raises(BuilderError) as info:
         reconstruct(files, tmp_path / "work", load_reconstruction(provenance))
     text = str(info.value)
     assert "\n" not in text
-    assert text == ("vllm-0.24.0-to-4a560dd.diff: model_executor/layers/quantization/modelopt.py: "
-                    "blob 33c7c7532a0ba823e4e7a23538300a5977a4553e, "
-                    "expected pinned 4a560dd blob 33c7c7532a0ba824e4e7a23538300a5977a4553e")
+    assert text == (
+        "vllm-0.24.0-to-4a560dd.diff: model_executor/layers/quantization/modelopt.py: "
+        "blob 33c7c7532a0ba823e4e7a23538300a5977a4553e, "
+        "expected pinned 4a560dd blob 33c7c7532a0ba824e4e7a23538300a5977a4553e"
+    )
 
 
 def _pinned_tree(plain_site: Path, pinned_files: dict[str, bytes], out: Path) -> Path:
@@ -120,7 +135,11 @@ def test_production_stack_on_the_pinned_tree(plain_site, pinned_files, tmp_path)
     tree = _pinned_tree(plain_site, pinned_files, tmp_path / "pinned")
     outcomes = apply_stack(load_series(REPO / "patches" / "series.pinned-4a560dd"), tree)
     assert [(o.patch.name[:4], o.result) for o in outcomes] == [
-        ("0001", "applied"), ("0002", "applied"), ("0003", "applied"), ("0004", "applied")]
+        ("0001", "applied"),
+        ("0002", "applied"),
+        ("0003", "applied"),
+        ("0004", "applied"),
+    ]
     # Zero fuzz everywhere; 0003's two hunks land 6 lines earlier than in 0.24.0; 0004 no offset.
     assert all("fuzz" not in o.detail for o in outcomes)
     assert outcomes[2].detail.count("(offset -6 lines)") == 2, outcomes[2].detail
@@ -133,7 +152,11 @@ def test_production_stack_on_plain_0_24_0(plain_site, tmp_path):
     tree = _stack_files(plain_site, REPO / "patches" / "series.pinned-4a560dd", tmp_path / "plain")
     outcomes = apply_stack(load_series(REPO / "patches" / "series.pinned-4a560dd"), tree)
     assert [(o.patch.name[:4], o.result) for o in outcomes] == [
-        ("0001", "applied"), ("0002", "applied"), ("0003", "applied"), ("0004", "already-applied")]
+        ("0001", "applied"),
+        ("0002", "applied"),
+        ("0003", "applied"),
+        ("0004", "already-applied"),
+    ]
 
 
 def _production_target(tmp_path: Path):
@@ -163,7 +186,10 @@ def test_production_expect_block_refuses_plain_0_24_0(plain_site, tmp_path):
         check_expectations(inputs, _pre_images(plain_site, inputs))
     text = str(info.value)
     assert "\n" not in text
-    assert f"targets.standin-4a560dd.expect.{MODELOPT}: expected blob 33c7c753, the base has d51a2dd312af" in text
+    assert (
+        f"targets.standin-4a560dd.expect.{MODELOPT}: expected blob 33c7c753, the base has d51a2dd312af"
+        in text
+    )
 
 
 def test_production_expect_block_accepts_the_pinned_tree(plain_site, pinned_files, tmp_path):
@@ -175,7 +201,7 @@ def test_production_expect_block_accepts_the_pinned_tree(plain_site, pinned_file
             shutil.copy2(plain_site / "vllm" / rel, site / "vllm" / rel)
     for rel, data in pinned_files.items():
         (site / "vllm" / rel).write_bytes(data)
-    check_expectations(inputs, _pre_images(site, inputs))       # no error
+    check_expectations(inputs, _pre_images(site, inputs))  # no error
 
 
 _QCFG = """
@@ -195,7 +221,9 @@ def _quant_config(site: Path) -> str:
     import subprocess
     import sys
 
-    result = subprocess.run([sys.executable, "-c", _QCFG, str(site)], capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-c", _QCFG, str(site)], capture_output=True, text=True, timeout=300
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     return next(line for line in result.stdout.splitlines() if line.startswith("QCFG"))
 

@@ -12,7 +12,9 @@ import yaml
 from builder.hashing import git_blob_id, sha256_bytes
 
 REPO = Path(__file__).resolve().parents[2]
-LOOKUP_NAME = re.compile(r"^E=(\d+),N=(\d+),device_name=AMD_Instinct_MI300X,dtype=fp8_w8a8,block_shape=\[128,128\]\.json$")
+LOOKUP_NAME = re.compile(
+    r"^E=(\d+),N=(\d+),device_name=AMD_Instinct_MI300X,dtype=fp8_w8a8,block_shape=\[128,128\]\.json$"
+)
 
 
 def provenance() -> dict:
@@ -39,7 +41,13 @@ def test_tables_parse_as_batch_size_to_tile_config():
         table = json.loads((REPO / "tuning" / name).read_text())
         assert all(key.isdigit() for key in table)
         for config in table.values():
-            assert {"BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K", "GROUP_SIZE_M", "num_warps"} <= set(config)
+            assert {
+                "BLOCK_SIZE_M",
+                "BLOCK_SIZE_N",
+                "BLOCK_SIZE_K",
+                "GROUP_SIZE_M",
+                "num_warps",
+            } <= set(config)
 
 
 def test_spec_targets_install_every_table():
@@ -47,4 +55,6 @@ def test_spec_targets_install_every_table():
 
     # Targets as the builder sees them (a target that `extends` a definition gets its tables).
     for name, target in load_spec(REPO / "image.yaml").resolved.items():
-        assert sorted(Path(t).name for t in target["tables"]) == sorted(e["file"] for e in provenance()["tables"]), name
+        assert sorted(Path(t).name for t in target["tables"]) == sorted(
+            e["file"] for e in provenance()["tables"]
+        ), name

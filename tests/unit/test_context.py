@@ -7,6 +7,7 @@ import os
 import stat
 
 import pytest
+from lockfixture import FIXED_BUILDER_VERSION, TABLE_REL, fixed_base, fixed_inputs
 
 import builder
 from builder.context import epoch_of, write_context
@@ -15,7 +16,6 @@ from builder.hashing import Fingerprint
 from builder.inputs import smoke_files
 from builder.lock import compute_lock, lock_json
 from builder.tree import PatchedTree
-from lockfixture import FIXED_BUILDER_VERSION, TABLE_REL, fixed_base, fixed_inputs
 
 VLLM = "usr/lib/python3/dist-packages/vllm"
 FILES = {"a.py": b"a = 1\n", "new.py": b"#!/usr/bin/env python3\n", TABLE_REL: b"{}\n"}
@@ -29,9 +29,13 @@ def tree(tmp_path, monkeypatch):
         (parent / "vllm" / rel).parent.mkdir(parents=True, exist_ok=True)
         (parent / "vllm" / rel).write_bytes(data)
         os.utime(parent / "vllm" / rel, (1, 1))
-    return PatchedTree(parent=parent, pre={rel: None for rel in FILES},
-                       post={rel: Fingerprint.of(data) for rel, data in FILES.items()},
-                       modes={"a.py": 0o600, "new.py": 0o775}, outcomes=())
+    return PatchedTree(
+        parent=parent,
+        pre={rel: None for rel in FILES},
+        post={rel: Fingerprint.of(data) for rel, data in FILES.items()},
+        modes={"a.py": 0o600, "new.py": 0o775},
+        outcomes=(),
+    )
 
 
 def test_epoch_of_rfc3339():
@@ -42,8 +46,15 @@ def test_epoch_of_rfc3339():
 def test_context_is_normalized(tmp_path, tree):
     lock = compute_lock(fixed_inputs(), fixed_base(), tree)
     mtime = epoch_of("2025-01-02T03:04:05Z")
-    ctx = write_context(tmp_path / "ctx", fixed_inputs(), tree, lock, {"org.x": "1"},
-                        base_reference="127.0.0.1:5000/m3/base@sha256:" + "a" * 64, mtime=mtime)
+    ctx = write_context(
+        tmp_path / "ctx",
+        fixed_inputs(),
+        tree,
+        lock,
+        {"org.x": "1"},
+        base_reference="127.0.0.1:5000/m3/base@sha256:" + "a" * 64,
+        mtime=mtime,
+    )
     entries = {p.relative_to(ctx.delta).as_posix(): p for p in ctx.delta.rglob("*")}
     files = {rel: p for rel, p in entries.items() if p.is_file()}
     assert {f"{VLLM}/{rel}" for rel in FILES} <= set(files)
@@ -66,17 +77,25 @@ def test_the_same_inputs_give_the_same_context_bytes(tmp_path, tree):
     lock = compute_lock(fixed_inputs(), fixed_base(), tree)
 
     def render(where):
-        ctx = write_context(where, fixed_inputs(), tree, lock, {}, base_reference="b@sha256:" + "a" * 64, mtime=5)
+        ctx = write_context(
+            where, fixed_inputs(), tree, lock, {}, base_reference="b@sha256:" + "a" * 64, mtime=5
+        )
         # bytes of everything; mtimes of the layer's tree (Dockerfile and .dockerignore are not in it)
-        return {p.relative_to(where).as_posix(): (p.read_bytes() if p.is_file() else None,
-                                                  p.stat().st_mtime if p.is_relative_to(ctx.delta) else None)
-                for p in sorted(where.rglob("*"))}
+        return {
+            p.relative_to(where).as_posix(): (
+                p.read_bytes() if p.is_file() else None,
+                p.stat().st_mtime if p.is_relative_to(ctx.delta) else None,
+            )
+            for p in sorted(where.rglob("*"))
+        }
 
     assert render(tmp_path / "one") == render(tmp_path / "two")
 
 
 def test_a_file_the_stack_deletes_is_refused(tmp_path, tree):
-    gone = PatchedTree(parent=tree.parent, pre=tree.pre, post={**tree.post, "new.py": None}, modes={}, outcomes=())
+    gone = PatchedTree(
+        parent=tree.parent, pre=tree.pre, post={**tree.post, "new.py": None}, modes={}, outcomes=()
+    )
     lock = compute_lock(fixed_inputs(), fixed_base(), gone)
     with pytest.raises(PatchError, match="new.py: the stack deletes this file"):
         write_context(tmp_path / "ctx", fixed_inputs(), gone, lock, {}, base_reference="b", mtime=0)

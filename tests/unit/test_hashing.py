@@ -8,7 +8,9 @@ import m3_smoke.fingerprint
 from builder import hashing
 from builder.hashing import Fingerprint, git_blob_id, sha256_bytes, sha256_file, tree_digest
 
-HELLO_BLOB = "ce013625030ba8dba906f756967f9e9ca394464a"      # printf 'hello\n' | git hash-object --stdin
+HELLO_BLOB = (
+    "ce013625030ba8dba906f756967f9e9ca394464a"  # printf 'hello\n' | git hash-object --stdin
+)
 HELLO_SHA = "5891b5b522d5df086d0ff0b110fbd9d21bb4fc7163af34d08286a2e846f6be03"
 EMPTY_BLOB = "e69de29bb2d1d6434b8b29ae775ad8c2e48c5391"  # git hash-object /dev/null
 
@@ -28,7 +30,7 @@ def test_git_blob_id_and_sha256():
 
 def test_sha256_file_reads_in_blocks(tmp_path: Path):
     big = tmp_path / "big"
-    big.write_bytes(b"hello\n" * 400_000)            # > one 1 MiB block
+    big.write_bytes(b"hello\n" * 400_000)  # > one 1 MiB block
     assert sha256_file(big) == sha256_bytes(big.read_bytes())
     (tmp_path / "h").write_bytes(b"hello\n")
     assert sha256_file(tmp_path / "h") == HELLO_SHA

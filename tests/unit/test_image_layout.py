@@ -14,5 +14,11 @@ def test_paths():
 def test_every_user_reads_the_one_definition():
     assert validate.MANIFEST == str(image_layout.MANIFEST_PATH)
     assert validate.SMOKE_PATH == str(image_layout.SMOKE_INSTALL)
-    assert context.MANIFEST_PATH is image_layout.MANIFEST_PATH and context.LOCK_PATH is image_layout.LOCK_PATH
-    assert verify.LOCK_PATH is image_layout.LOCK_PATH and verify.MANIFEST_PATH is image_layout.MANIFEST_PATH
+    assert (
+        context.MANIFEST_PATH is image_layout.MANIFEST_PATH
+        and context.LOCK_PATH is image_layout.LOCK_PATH
+    )
+    assert (
+        verify.LOCK_PATH is image_layout.LOCK_PATH
+        and verify.MANIFEST_PATH is image_layout.MANIFEST_PATH
+    )

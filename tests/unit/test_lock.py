@@ -7,14 +7,33 @@ import json
 
 import pytest
 import yaml
+from lockfixture import (
+    FIXED_BUILDER_VERSION,
+    FIXED_DIGEST,
+    FIXED_TAG,
+    FIXTURES,
+    TABLE_REL,
+    fixed_base,
+    fixed_inputs,
+    fixed_tree,
+)
 
 import builder
 from builder.errors import LockError
 from builder.hashing import Fingerprint
-from builder.lock import (HEADER, FileChange, Lock, compute_lock, content_digest, content_tag, lock_diff, lock_inputs,
-                          lock_json, read_lock, write_lock)
-from lockfixture import (FIXED_BUILDER_VERSION, FIXED_DIGEST, FIXED_TAG, FIXTURES, TABLE_REL, fixed_base, fixed_inputs,
-                         fixed_tree)
+from builder.lock import (
+    HEADER,
+    FileChange,
+    Lock,
+    compute_lock,
+    content_digest,
+    content_tag,
+    lock_diff,
+    lock_inputs,
+    lock_json,
+    read_lock,
+    write_lock,
+)
 
 
 @pytest.fixture
@@ -77,9 +96,13 @@ def test_labels_and_env_are_sorted_in_the_lock(fixed_lock):
 
 
 def test_diff_of_typed_locks_names_the_changed_key(fixed_lock):
-    changed = dataclasses.replace(fixed_lock, vllm=dataclasses.replace(fixed_lock.vllm, revision="v0.25.0"))
-    assert lock_diff(fixed_lock, changed)[2:] == ["-vllm.revision: 4a560dd8db67c270f5e2afb614558271b76f2294",
-                                                  "+vllm.revision: v0.25.0"]
+    changed = dataclasses.replace(
+        fixed_lock, vllm=dataclasses.replace(fixed_lock.vllm, revision="v0.25.0")
+    )
+    assert lock_diff(fixed_lock, changed)[2:] == [
+        "-vllm.revision: 4a560dd8db67c270f5e2afb614558271b76f2294",
+        "+vllm.revision: v0.25.0",
+    ]
     assert lock_diff(fixed_lock, fixed_lock) == []
     assert content_tag(changed) != FIXED_TAG
 
@@ -97,13 +120,16 @@ def _without(doc, path):
     return doc
 
 
-@pytest.mark.parametrize("path, needle", [
-    ("target", "target: missing"),
-    ("base.config", "base.config: missing"),
-    ("inputs.patches.0.upstream", "inputs.patches[0].upstream: missing"),
-    ("inputs.output.aliases", "inputs.output.aliases: missing"),
-    ("files.a.py.post", "files.a.py.post: missing"),
-])
+@pytest.mark.parametrize(
+    "path, needle",
+    [
+        ("target", "target: missing"),
+        ("base.config", "base.config: missing"),
+        ("inputs.patches.0.upstream", "inputs.patches[0].upstream: missing"),
+        ("inputs.output.aliases", "inputs.output.aliases: missing"),
+        ("files.a.py.post", "files.a.py.post: missing"),
+    ],
+)
 def test_a_malformed_lock_is_one_line_naming_the_key(tmp_path, path, needle):
     doc = _doc()
     if path.startswith("files.a.py"):
@@ -118,11 +144,20 @@ def test_a_malformed_lock_is_one_line_naming_the_key(tmp_path, path, needle):
     assert "\n" not in message and message.startswith(f"{file}: {needle}"), message
 
 
-@pytest.mark.parametrize("mutate, needle", [
-    (lambda d: d["inputs"].__setitem__("patches", {"x": 1}), "inputs.patches: expected a list, got dict"),
-    (lambda d: d["vllm"].__setitem__("version", 24), "vllm.version: expected a string, got 24"),
-    (lambda d: d["files"]["a.py"].__setitem__("pre", "gone"), "files.a.py.pre: expected a mapping, got str"),
-])
+@pytest.mark.parametrize(
+    "mutate, needle",
+    [
+        (
+            lambda d: d["inputs"].__setitem__("patches", {"x": 1}),
+            "inputs.patches: expected a list, got dict",
+        ),
+        (lambda d: d["vllm"].__setitem__("version", 24), "vllm.version: expected a string, got 24"),
+        (
+            lambda d: d["files"]["a.py"].__setitem__("pre", "gone"),
+            "files.a.py.pre: expected a mapping, got str",
+        ),
+    ],
+)
 def test_a_mistyped_lock_is_one_line_naming_the_key(tmp_path, mutate, needle):
     doc = _doc()
     mutate(doc)
@@ -145,6 +180,7 @@ def test_builder_lock_can_replace_a_malformed_lock(tmp_path):
     """`builder lock` diffs against the previous file; a key the typed reader refuses must not
     stop it from writing a good lock (only the schema is checked there)."""
     from builder.lock import read_lock_document
+
     doc = _doc()
     del doc["inputs"]["smoke"]
     file = tmp_path / "old.lock.yaml"

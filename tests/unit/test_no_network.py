@@ -14,4 +14,6 @@ def test_a_socket_connection_is_refused():
 def test_the_docker_engine_is_out_of_reach():
     with pytest.raises(Exception) as info:
         docker.from_env().ping()
-    assert "no engine and no network" in str(info.value) or "no engine and no network" in repr(info.value.__context__)
+    assert "no engine and no network" in str(info.value) or "no engine and no network" in repr(
+        info.value.__context__
+    )

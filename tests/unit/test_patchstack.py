@@ -29,12 +29,22 @@ def test_read_series_skips_comments_and_checks_entries(tmp_path):
 
 
 def test_zero_fuzz_no_backups_no_rejects():
-    assert PATCH_FLAGS == ("-p1", "--fuzz=0", "--batch", "--no-backup-if-mismatch", "--reject-file=-")
+    assert PATCH_FLAGS == (
+        "-p1",
+        "--fuzz=0",
+        "--batch",
+        "--no-backup-if-mismatch",
+        "--reject-file=-",
+    )
 
 
 def test_touched_files_keeps_first_touch_order():
-    class P:        # only .files is read
+    class P:  # only .files is read
         def __init__(self, *files):
             self.files = files
+
     assert touched_files([P("vllm/b.py", "vllm/a.py"), P("vllm/a.py", "vllm/c.py")]) == [
-        "vllm/b.py", "vllm/a.py", "vllm/c.py"]
+        "vllm/b.py",
+        "vllm/a.py",
+        "vllm/c.py",
+    ]
