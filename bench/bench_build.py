@@ -70,7 +70,8 @@ def engine_host(name: str) -> str | None:
     )
     if result.returncode != 0:
         print(
-            f"{name}: not measured ({result.stderr.strip().splitlines()[-1] if result.stderr.strip() else 'failed'})"
+            f"{name}: not measured "
+            f"({result.stderr.strip().splitlines()[-1] if result.stderr.strip() else 'failed'})"
         )
         return None
     return result.stdout.strip().splitlines()[-1]
@@ -161,8 +162,8 @@ def pushed_bytes(spec: Path) -> None:
     counts = ", ".join(f"{sum(1 for v in published.blobs.values() if v == k)} {k}" for k in kinds)
     whole = sum(layer["size"] for layer in json.loads(image.manifest)["layers"]) + len(image.config)
     print(
-        f"push of a new lock, base already in the registry: {published.uploaded} bytes sent in {elapsed:.2f} s "
-        f"({counts}; the whole image is {whole} bytes)"
+        f"push of a new lock, base already in the registry: {published.uploaded} bytes sent in "
+        f"{elapsed:.2f} s ({counts}; the whole image is {whole} bytes)"
     )
 
 
@@ -232,7 +233,8 @@ def main() -> None:
             )
             t_fat, _ = incremental(fat_spec, args.runs)
         print(
-            f"incremental build, base {fat_size / 2**30:.2f} GiB (+1 GiB layer): {t_fat:.2f} s (median of {args.runs})"
+            f"incremental build, base {fat_size / 2**30:.2f} GiB (+1 GiB layer): {t_fat:.2f} s "
+            f"(median of {args.runs})"
         )
 
 

@@ -381,7 +381,7 @@ def main():
     cuda = args.device == "cuda"
     args.experts = args.experts or ([128, 16] if cuda else [16])
     H = args.hidden or (6144 if cuda else 1536)
-    I = args.intermediate or (3072 if cuda else 768)
+    inter = args.intermediate or (3072 if cuda else 768)
     args.iters = args.iters or (5 if cuda else 2)
     args.err_experts = args.err_experts or (4 if cuda else 2)
     dev = torch.device(args.device)
@@ -422,15 +422,15 @@ def main():
             print(f"fixed per-call cost: FAILED: {exc}", flush=True)
     report["results"] = []
     for E in args.experts:
-        for label, N, K in (("w13", 2 * I, H), ("w2", H, I)):
+        for label, N, K in (("w13", 2 * inter, H), ("w2", H, inter)):
             r = bench_shape(conv, E, N, K, dev, args, label)
             report["results"].append(r)
             for name in ("fnuz", "fn"):
                 x = r[name]
                 print(
                     f"E={E:4d} {label} [{E},{N},{K}] -> {name:4s}: {x['seconds'] * 1e3:9.2f} ms"
-                    f"  {x['GBps']:8.1f} GB/s  {x['GBps'] / report['copy_GBps'] * 100:5.1f}% of copy"
-                    f"  peak extra {x['peak_extra_MiB']:.1f} MiB"
+                    f"  {x['GBps']:8.1f} GB/s  {x['GBps'] / report['copy_GBps'] * 100:5.1f}% of "
+                    f"copy  peak extra {x['peak_extra_MiB']:.1f} MiB"
                     + (
                         f"  | kernel only {x['kernel_seconds'] * 1e3:.3f} ms "
                         f"{x['kernel_GBps'] / report['copy_GBps'] * 100:5.1f}%"

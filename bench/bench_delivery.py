@@ -78,7 +78,8 @@ def main() -> int:
     image_id = local_image(engine, locked)
     if image_id is None:
         sys.exit(
-            f"bench: no validated {locked.reference} in the engine; run `make image TARGET={target.name}` first"
+            f"bench: no validated {locked.reference} in the engine; run `make image "
+            f"TARGET={target.name}` first"
         )
     remote = remote_image(locked.reference)
     if remote is None:
@@ -111,10 +112,12 @@ def main() -> int:
     print(f"image              {locked.reference}")
     print(f"pinned             {remote.pinned}")
     print(
-        f"make image (published tag, base cached): {elapsed:.2f}s to a ready, verified, tagged image"
+        f"make image (published tag, base cached): {elapsed:.2f}s to a ready, verified, tagged "
+        "image"
     )
     print(
-        f"image size         {image_bytes} bytes compressed, {len(layers)} layers; delta layer {delta_bytes} bytes"
+        f"image size         {image_bytes} bytes compressed, {len(layers)} layers; delta layer "
+        f"{delta_bytes} bytes"
     )
     if offset is not None:
         time.sleep(0.5)  # let the registry flush its log

@@ -67,7 +67,9 @@ def compose_config(base: ResolvedBase, delta: Delta, history_comment: str) -> by
     config["history"] = list(config.get("history") or []) + [
         {
             "created": created,
-            "created_by": "m3-image: patched vLLM files, MI300X MoE tables, smoke suite (one layer)",
+            "created_by": (
+                "m3-image: patched vLLM files, MI300X MoE tables, smoke suite (one layer)"
+            ),
             "comment": history_comment,
         }
     ]
@@ -99,8 +101,8 @@ def base_layers(base: ResolvedBase) -> list[dict]:
         media_type = _LAYER_TYPES.get(layer.get("mediaType", ""))
         if media_type is None:
             raise EngineError(
-                f"{base.image.reference}: layer {i} has media type {layer.get('mediaType')!r}, which "
-                "the builder does not carry into an OCI manifest (foreign or unknown layer)"
+                f"{base.image.reference}: layer {i} has media type {layer.get('mediaType')!r}, "
+                "which the builder does not carry into an OCI manifest (foreign or unknown layer)"
             )
         layers.append(
             {"mediaType": media_type, "digest": layer["digest"], "size": int(layer["size"])}

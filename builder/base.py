@@ -1,4 +1,5 @@
-"""The base image: resolved through the registry (raw manifest and config), present in the engine."""
+"""The base image: resolved through the registry (raw manifest and config), present in the
+engine."""
 
 from __future__ import annotations
 
@@ -77,8 +78,8 @@ def ensure_base_in_engine(engine: Engine, resolved: ResolvedBase, log: StepLog) 
         handle = find_base(engine, resolved)
         if handle is None:
             raise EngineError(
-                f"{resolved.image.reference}: pulled, but {engine.describe()} holds no image with the "
-                f"registry config's layers (config {resolved.config_digest})"
+                f"{resolved.image.reference}: pulled, but {engine.describe()} holds no image with "
+                f"the registry config's layers (config {resolved.config_digest})"
             )
     else:
         log.info(f"base present in the engine: {resolved.image.reference}")

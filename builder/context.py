@@ -93,7 +93,7 @@ def write_context(
         (json.dumps(smoke_manifest(inputs, tree), indent=2, sort_keys=True) + "\n").encode(),
     )
     _place(delta, LOCK_PATH, lock_json(lock))
-    for dirpath, dirnames, filenames in os.walk(delta):
+    for dirpath, _dirnames, filenames in os.walk(delta):
         os.chmod(dirpath, 0o755)
         for name in filenames:
             os.utime(os.path.join(dirpath, name), (mtime, mtime))

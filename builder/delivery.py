@@ -1,4 +1,5 @@
-"""Delivery: publish once, pull everywhere, never rebuild what exists, never run what was not validated.
+"""Delivery: publish once, pull everywhere, never rebuild what exists, never run what was not
+validated.
 
 * :func:`remote_image` asks the registry what a tag holds (manifest digest, config digest =
   image id, labels) from the manifest and config blob alone: no layer, no base pull.
@@ -184,13 +185,14 @@ def check_reproduces(locked, image: BuiltImage, log) -> None:
             image.manifest_digest,
         ):
             raise NotReproducible(
-                f"{locked.reference}: rebuild is not reproducible: built config {image.config_digest} "
+                f"{locked.reference}: rebuild is not reproducible: built config "
+                f"{image.config_digest} "
                 f"manifest {image.manifest_digest}, the registry copy is config "
                 f"{remote.config_digest} manifest {remote.manifest_digest}"
             )
         log.info(
-            f"reproduced the registry copy: image {image.config_digest} == config of {remote.pinned} "
-            f"(and its manifest digest)"
+            f"reproduced the registry copy: image {image.config_digest} == config of "
+            f"{remote.pinned} (and its manifest digest)"
         )
 
 
@@ -267,11 +269,14 @@ def publish(
             wanted = (
                 f"image {image.config_digest}"
                 if existing.config_digest != image.config_digest
-                else f"the builder's manifest {image.manifest_digest} of that image (pushed by another tool?)"
+                else f"the builder's manifest {image.manifest_digest} of that image (pushed by "
+                "another tool?)"
             )
             raise TagConflict(
-                f"push {reference}: the registry already holds this tag as {existing.manifest_digest} "
-                f"(image {existing.config_digest}), not {wanted}; a content tag is never overwritten"
+                f"push {reference}: the registry already holds this tag as "
+                f"{existing.manifest_digest} "
+                f"(image {existing.config_digest}), not {wanted}; a content tag is never "
+                "overwritten"
             )
         before = {}
         for alias in aliases:
@@ -382,6 +387,7 @@ def published_as_predicted(locked, *, verb: str) -> RemoteImage:
     if predicted != remote.manifest_digest:
         raise RegistryError(
             f"{verb} {reference}: the registry holds manifest {remote.manifest_digest}, the lock "
-            f"predicts {predicted or 'a single-platform manifest'}; not the builder's push, refusing it"
+            f"predicts {predicted or 'a single-platform manifest'}; not the builder's push, "
+            "refusing it"
         )
     return remote

@@ -47,12 +47,15 @@ _UNREACHABLE = re.compile(
 def _friendly(message: str) -> str:
     lowered = message.lower()
     if "no space left on device" in lowered:
-        return f"the engine ran out of disk space ({message.strip()}); free space with `docker system prune`"
+        return (
+            f"the engine ran out of disk space ({message.strip()}); free space with `docker "
+            "system prune`"
+        )
     short = re.sub(r"\?[^\s\"]*", "", message.strip())  # upload URLs carry long state tokens
     if any(word in lowered for word in _UNAUTHORIZED):
         return (
-            f"the registry refused the credentials ({short}); check `docker login` / the docker config "
-            "($DOCKER_CONFIG/config.json, credential helpers)"
+            f"the registry refused the credentials ({short}); check `docker login` / the docker "
+            "config ($DOCKER_CONFIG/config.json, credential helpers)"
         )
     if _UNREACHABLE.search(message):
         return f"the registry is unreachable or went away mid-transfer ({short})"
@@ -159,7 +162,7 @@ class Engine:
                 "DOCKER_HOST set correctly?"
             ) from None
         engine = cls(client)
-        engine.info  # one line now, rather than mid-build, if /version or /info fail
+        _ = engine.info  # one line now, rather than mid-build, if /version or /info fail
         return engine
 
     @property
@@ -184,12 +187,16 @@ class Engine:
             status = exc.status_code
             if status in (405, 501) or (status == 404 and _UNSUPPORTED.search(str(message))):
                 return (
-                    f"{self.describe()} does not provide this API ({str(message).strip()}); the builder needs "
+                    f"{self.describe()} does not provide this API ({str(message).strip()}); the "
+                    "builder needs "
                     "the Docker engine API's archive, load, create/start/wait and tag endpoints"
                 )
             return _friendly(str(message))
         if isinstance(exc, requests.RequestException):
-            return f"the engine connection failed ({type(exc).__name__}: {str(exc).split('(', 1)[0].strip()})"
+            return (
+                f"the engine connection failed ({type(exc).__name__}: "
+                f"{str(exc).split('(', 1)[0].strip()})"
+            )
         return _friendly(str(exc)) or type(exc).__name__
 
     @contextmanager
@@ -233,7 +240,9 @@ class Engine:
         """
         digests = {config_digest} | {n for n in names if n.startswith("sha256:")}
         for name in names:
-            found = self._call(f"inspect {name}", lambda: self.api.inspect_image(name), absent=None)
+            found = self._call(
+                f"inspect {name}", lambda name=name: self.api.inspect_image(name), absent=None
+            )
             if found is None:
                 continue
             image_id = found.get("Id", "")
@@ -430,7 +439,8 @@ class Engine:
         image_id = self.image_id(reference)
         if image_id is None:
             raise EngineError(
-                f"import {tar_path} as {reference}: the engine reports success but has no such image"
+                f"import {tar_path} as {reference}: the engine reports success but has no such "
+                "image"
             )
         return image_id
 
@@ -449,7 +459,8 @@ class Engine:
 
     # -- registry --------------------------------------------------------------------------
     def push(self, repository: str, tag: str, progress: ProgressFn | None = None) -> str:
-        """Push ``repository:tag`` with the engine (the stand-in base); returns the manifest digest."""
+        """Push ``repository:tag`` with the engine (the stand-in base); returns the manifest
+        digest."""
         chunks = self._call(
             f"push {repository}:{tag}",
             lambda: check_stream(

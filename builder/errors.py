@@ -37,7 +37,8 @@ class ValidationFailed(BuilderError):
 
 class Interrupted(BaseException):
     """SIGTERM (a CI runner's cancel) or SIGINT: raised in the main thread so that every
-    ``finally`` and cleanup path runs; a BaseException so that no ``except Exception`` swallows it."""
+    ``finally`` and cleanup path runs; a BaseException so that no ``except Exception`` swallows
+    it."""
 
     def __init__(self, signum: int, name: str):
         super().__init__(f"interrupted by {name}")

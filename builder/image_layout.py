@@ -1,4 +1,5 @@
-"""Where the builder puts its own files inside an image (one place; the smoke suite is told by argument)."""
+"""Where the builder puts its own files inside an image (one place; the smoke suite is told by
+argument)."""
 
 from __future__ import annotations
 

@@ -195,7 +195,8 @@ class Lock:
         if resolved and len(resolved) != 3:
             missing = next(k for k in ("manifest", "config", "created") if k not in base)
             raise LockError(
-                f"{where}: base.{missing}: missing (a resolved base records manifest, config and created)"
+                f"{where}: base.{missing}: missing (a resolved base records manifest, config and "
+                "created)"
             )
         vllm = r.mapping(r.get(top, "", "vllm"), "vllm")
         bld = r.mapping(r.get(top, "", "builder"), "builder")
@@ -395,7 +396,8 @@ def content_digest(lock: Lock | Mapping) -> str:
 
 
 def content_tag(lock: Lock | Mapping) -> str:
-    """The image tag: ``<vllm version>-m3-<16 hex of the lock digest>``, all inputs, no timestamp."""
+    """The image tag: ``<vllm version>-m3-<16 hex of the lock digest>``, all inputs, no
+    timestamp."""
     version = _doc(lock)["vllm"]["version"].split("+")[0].replace("/", "-")
     return f"{version}-m3-{content_digest(lock)[:16]}"
 
@@ -434,7 +436,8 @@ def read_lock_document(path: Path) -> dict:
         raise LockError(f"{path}: not valid YAML ({getattr(exc, 'problem', exc)})") from None
     if not isinstance(doc, dict) or doc.get("schema") != LOCK_SCHEMA:
         raise LockError(
-            f"{path}: schema: expected {LOCK_SCHEMA}, got {doc.get('schema') if isinstance(doc, dict) else doc!r}"
+            f"{path}: schema: expected {LOCK_SCHEMA}, got "
+            f"{doc.get('schema') if isinstance(doc, dict) else doc!r}"
         )
     return doc
 
@@ -477,7 +480,8 @@ def require_match(
     diff = lock_diff(locked, current)
     if diff:
         raise LockError(
-            f"{path}: {what} drifted from the lock ({len({l[1:].split(': ', 1)[0] for l in diff[2:]})} "
+            f"{path}: {what} drifted from the lock "
+            f"({len({line[1:].split(': ', 1)[0] for line in diff[2:]})} "
             f"changed); review the diff below and run `python -m builder lock` to accept it",
             details=diff,
         )

@@ -1,4 +1,5 @@
-"""The in-image manifest (``/opt/m3-image/manifest.json``): what the smoke suite checks an image against.
+"""The in-image manifest (``/opt/m3-image/manifest.json``): what the smoke suite checks an image
+against.
 
 One producer: the builder writes it into every image from the patched tree (``context``), and
 tests write it for vLLM trees on the host with :func:`tree_manifest`. The reader and validator
@@ -29,7 +30,8 @@ def image_manifest(
     device_name: str = DEVICE_NAME,
 ) -> dict:
     """The manifest document. ``patched_files``: path under the vLLM root -> post-image (None:
-    not in the image, left out); ``tables``: (file name, sha256) as installed in the configs folder."""
+    not in the image, left out); ``tables``: (file name, sha256) as installed in the configs
+    folder."""
     table_docs = []
     for name, sha256 in tables:
         m = _TABLE_RE.match(name)

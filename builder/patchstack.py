@@ -55,7 +55,8 @@ class Outcome:
 
 
 def load_series(series_file: Path) -> list[Patch]:
-    """Parse a quilt ``series`` file and each patch it lists; refuses unsafe or malformed patches."""
+    """Parse a quilt ``series`` file and each patch it lists; refuses unsafe or malformed
+    patches."""
     series_file = Path(series_file)
     patches = [
         _load_patch((series_file.parent / name).resolve(), f"{series_file}:{lineno}")
@@ -86,7 +87,8 @@ def _series_entries(series_file: Path) -> list[tuple[int, str]]:
         name, *opts = line.split()
         if opts not in ([], ["-p1"]):
             raise PatchError(
-                f"{series_file}:{lineno}: {name}: only -p1 patches are supported, got {' '.join(opts)!r}"
+                f"{series_file}:{lineno}: {name}: only -p1 patches are supported, got "
+                f"{' '.join(opts)!r}"
             )
         if "/" in name or name in (".", ".."):
             raise PatchError(
@@ -212,7 +214,8 @@ def _conflict(patch: Patch, forward: subprocess.CompletedProcess) -> PatchError:
 
 
 def apply_stack(patches: list[Patch], parent: Path) -> list[Outcome]:
-    """Apply ``patches`` to the tree at ``parent`` (the folder holding ``vllm/``), all or nothing."""
+    """Apply ``patches`` to the tree at ``parent`` (the folder holding ``vllm/``), all or
+    nothing."""
     parent = Path(parent)
     files = touched_files(patches)
     for rel in files:
@@ -268,5 +271,6 @@ def _compile_all(work: Path, files: list[str]) -> None:
                     )
                 except py_compile.PyCompileError as exc:
                     raise PatchError(
-                        f"{rel}: does not compile after patching: {exc.msg.strip().splitlines()[-1]}"
+                        f"{rel}: does not compile after patching: "
+                        f"{exc.msg.strip().splitlines()[-1]}"
                     ) from None

@@ -1,4 +1,5 @@
-"""Image references (``[registry/]repository[:tag][@sha256:...]``): one grammar for the spec and the registry client."""
+"""Image references (``[registry/]repository[:tag][@sha256:...]``): one grammar for the spec and
+the registry client."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from builder.errors import RegistryError
 DOCKER_HUB = "registry-1.docker.io"
 TAG_PATTERN = r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}"
 TAG_RE = re.compile(rf"^{TAG_PATTERN}$")
-# name[:tag][@sha256:...]; registry host may carry a port (only before a '/': ``ubuntu:22`` is a tag).
+# name[:tag][@sha256:...]; registry host may carry a port (only before a '/': ``ubuntu:22`` is a
+# tag).
 REFERENCE_RE = re.compile(
     r"^(?P<name>[a-z0-9]+(?:[._-][a-z0-9]+)*(?::[0-9]+(?=/))?(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*)"
     rf"(?::(?P<tag>{TAG_PATTERN}))?"
@@ -36,7 +38,8 @@ def parse_reference(ref: str) -> Reference:
     match = REFERENCE_RE.match(ref)
     if match is None:
         raise RegistryError(
-            f"{ref!r}: not an image reference (expected [registry/]repository[:tag][@sha256:<64 hex>])"
+            f"{ref!r}: not an image reference (expected [registry/]repository[:tag][@sha256:<64 "
+            "hex>])"
         )
     name, tag, digest = match.group("name", "tag", "digest")
     first, _, rest = name.partition("/")

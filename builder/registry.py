@@ -5,7 +5,8 @@ byte for byte), needs to ask whether a content tag already exists without pullin
 big, and pushes its own manifest (no engine's compressor in the digest). Docker's engine API
 exposes none of this, so we speak the registry API directly: blobs are checked with HEAD,
 mounted across repositories of one registry, uploaded from memory (the small delta and the
-config) or streamed from another registry chunk by chunk (never through local disk). Credentials come from
+config) or streamed from another registry chunk by chunk (never through local disk). Credentials
+come from
 the standard docker config and credential helpers (via docker-py's own resolver) and never
 reach a log line or an exception message.
 """
@@ -147,7 +148,8 @@ class RegistryClient:
             raise RegistryError(f"{self.registry}: token service {realm} is unreachable") from None
         if response.status_code != 200:
             raise RegistryError(
-                f"{self.registry}: token service refused the credentials (HTTP {response.status_code})"
+                f"{self.registry}: token service refused the credentials (HTTP "
+                f"{response.status_code})"
             )
         body = response.json()
         return body.get("token") or body.get("access_token") or ""
@@ -186,7 +188,8 @@ class RegistryClient:
         )
         if response.status_code != 200:
             raise RegistryError(
-                f"{self.registry}/{repository}@{digest}: blob request failed (HTTP {response.status_code})"
+                f"{self.registry}/{repository}@{digest}: blob request failed (HTTP "
+                f"{response.status_code})"
             )
         if "sha256:" + sha256_bytes(response.content) != digest:
             raise RegistryError(
@@ -213,7 +216,8 @@ class RegistryClient:
             ]
             if not chosen:
                 raise RegistryError(
-                    f"{self.registry}/{repository}@{manifest.digest}: no {platform} image in the index"
+                    f"{self.registry}/{repository}@{manifest.digest}: no {platform} image in the "
+                    "index"
                 )
             manifest = self.get_manifest(repository, chosen[0]["digest"])
             if manifest is None:
@@ -250,7 +254,7 @@ class RegistryClient:
             )
         return digest
 
-    # -- blobs: what `make push` uploads ------------------------------------------------------------
+    # -- blobs: what `make push` uploads -----------------------------------------------------------
     def has_blob(self, repository: str, digest: str) -> bool:
         response = self._request(
             "HEAD", f"{repository}/blobs/{digest}", scope=f"repository:{repository}:pull,push"
@@ -260,7 +264,8 @@ class RegistryClient:
         if response.status_code == 404:
             return False
         raise RegistryError(
-            f"{self.registry}/{repository}@{digest}: blob check failed (HTTP {response.status_code})"
+            f"{self.registry}/{repository}@{digest}: blob check failed (HTTP "
+            f"{response.status_code})"
         )
 
     def _location(self, response: requests.Response) -> str:
@@ -342,7 +347,8 @@ class RegistryClient:
         )
         if response.status_code != 200:
             raise RegistryError(
-                f"{self.registry}/{repository}@{digest}: blob request failed (HTTP {response.status_code})"
+                f"{self.registry}/{repository}@{digest}: blob request failed (HTTP "
+                f"{response.status_code})"
             )
         hasher = hashlib.sha256()
         with response:

@@ -85,7 +85,8 @@ class Spec:
         name = name or self.default_target
         if name not in self.targets:
             raise SpecError(
-                f"{self.file}: targets: no target {name!r} (have: {', '.join(sorted(self.targets))})"
+                f"{self.file}: targets: no target {name!r} (have: "
+                f"{', '.join(sorted(self.targets))})"
             )
         target = self.targets[name]
         if isinstance(target, UnpinnedTarget):
@@ -242,7 +243,8 @@ def _resolve(
     for path in _paths(base):
         origins.setdefault(path, f"definitions.{parent}.{path}")
     merged = _merge(r, key, base, own, origins)
-    # A mapping both sides add to is the user's: only paths the definitions alone set keep an origin.
+    # A mapping both sides add to is the user's: only paths the definitions alone set keep an
+    # origin.
     for path in _paths(own):
         for ancestor in _ancestors(path):
             origins.pop(ancestor, None)
@@ -355,7 +357,8 @@ def _load_target(r: _Reader, name: str, doc: Any) -> Target | UnpinnedTarget:
                 image=image,
                 digest_file=pin,
                 reason=(
-                    f"{r.file}: {key}.base.image: {image!r} is a mutable tag and its pin {rel} does not exist; "
+                    f"{r.file}: {key}.base.image: {image!r} is a mutable tag and its pin {rel} "
+                    "does not exist; "
                     f"run `python -m builder pin {name}` where the registry is reachable"
                 ),
             )

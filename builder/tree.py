@@ -39,7 +39,8 @@ def check_expectations(inputs: Inputs, pre: dict[str, Fingerprint | None]) -> No
     for rel, found in pre.items():
         if rel not in target.expect:
             raise PatchError(
-                f"{where}: the build touches {rel} but the spec declares no expected pre-image for it"
+                f"{where}: the build touches {rel} but the spec declares no expected pre-image for "
+                "it"
             )
         expected = target.expect[rel]
         if expected == ABSENT:
@@ -58,7 +59,8 @@ def check_expectations(inputs: Inputs, pre: dict[str, Fingerprint | None]) -> No
     for rel in target.expect:
         if rel not in pre:
             raise PatchError(
-                f"{where}.{rel}: declared, but neither the stack ({target.series.name}) nor a table touches it"
+                f"{where}.{rel}: declared, but neither the stack ({target.series.name}) nor a "
+                "table touches it"
             )
 
 

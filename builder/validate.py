@@ -117,7 +117,8 @@ def run_validation(
     if checks:
         command += ["--checks", ",".join(checks)]
     log(
-        f"validate {image}: {'ROCm devices ' + ', '.join(gpu['devices']) if gpu else 'no /dev/kfd: mocked platform'}"
+        f"validate {image}: "
+        f"{'ROCm devices ' + ', '.join(gpu['devices']) if gpu else 'no /dev/kfd: mocked platform'}"
     )
     run = engine.run(
         image,
@@ -179,6 +180,7 @@ def require_passed(result: ValidationResult) -> ValidationResult:
     if not result.passed:
         where = f"; report in {result.report_dir}" if result.report_dir else ""
         raise ValidationFailed(
-            f"{result.image}: validation failed: {', '.join(result.failed_checks) or 'unknown'}{where}"
+            f"{result.image}: validation failed: "
+            f"{', '.join(result.failed_checks) or 'unknown'}{where}"
         )
     return result

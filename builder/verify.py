@@ -101,7 +101,8 @@ def check_files(read: Reader, lock: Lock) -> list[str]:
 
 
 def check_layers(engine: Engine, image: str, lock: Lock) -> tuple[list[str], bool]:
-    """(problems, checked): the image must be the base's layers plus one; skipped without the base."""
+    """(problems, checked): the image must be the base's layers plus one; skipped without the
+    base."""
     base_id = lock.base.config
     names = [n for n in (base_id, lock.base.manifest, lock.base.digest) if n]
     base_layers = None
@@ -117,7 +118,8 @@ def check_layers(engine: Engine, image: str, lock: Lock) -> tuple[list[str], boo
         return [f"layers: not built on the locked base {base_id}"], True
     if len(layers) != len(base_layers) + 1:
         return [
-            f"layers: {len(layers) - len(base_layers)} on top of the base, the builder makes exactly 1"
+            f"layers: {len(layers) - len(base_layers)} on top of the base, the builder makes "
+            "exactly 1"
         ], True
     return [], True
 
@@ -140,7 +142,8 @@ def image_problems(engine: Engine, image: str, lock: Lock) -> tuple[list[str], l
 
 
 def rootfs_problems(rootfs: Path, lock: Lock) -> list[str]:
-    """Problems for an unpacked root file system (e.g. an enroot container); labels are not there."""
+    """Problems for an unpacked root file system (e.g. an enroot container); labels are not
+    there."""
 
     def read(paths: list[str]) -> dict[str, bytes | None]:
         out = {}

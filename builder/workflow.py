@@ -66,14 +66,16 @@ def check_inputs_against_lock(target: Target) -> Locked:
 def resolve_and_patch(
     engine: Engine, inputs: Inputs, log: StepLog, workdir: Path
 ) -> tuple[ResolvedBase, Lock, PatchedTree]:
-    """Resolve the base, make sure the engine has it, patch its files: returns (base, lock, tree)."""
+    """Resolve the base, make sure the engine has it, patch its files: returns (base, lock,
+    tree)."""
     target = inputs.target
     with log.step(f"resolve base {target.base.reference}"):
         base = resolve_base(target.base)
         log.info(f"platform manifest {base.manifest_digest}, config {base.config_digest}")
         handle = ensure_base_in_engine(engine, base, log)
     with log.step(
-        f"apply patch stack {target.series.name} ({len(inputs.patches)} patches, GNU patch, zero fuzz)"
+        f"apply patch stack {target.series.name} ({len(inputs.patches)} patches, GNU patch, zero "
+        "fuzz)"
     ):
         tree = prepare_tree(engine, handle, inputs, workdir)
         for outcome in tree.outcomes:
@@ -82,7 +84,8 @@ def resolve_and_patch(
 
 
 def delta_of(locked: Locked, base: ResolvedBase, tree: PatchedTree, log: StepLog) -> Delta:
-    """Render the context (delta tree + the Dockerfile documenting it) and write the canonical layer."""
+    """Render the context (delta tree + the Dockerfile documenting it) and write the canonical
+    layer."""
     target = locked.inputs.target
     with log.step("render build context"):
         labels = image_labels(locked.lock, target.labels)
@@ -147,7 +150,8 @@ def find_built(engine: Engine, image: BuiltImage) -> str | None:
 
 
 def load_image(engine: Engine, image: BuiltImage, log: StepLog) -> str:
-    """Load ``image`` (config + delta layer; the base stays where it is); returns the engine's id."""
+    """Load ``image`` (config + delta layer; the base stays where it is); returns the engine's
+    id."""
     with log.step("load config + delta layer into the engine"):
         engine.load(load_archive(image))
         handle = find_built(engine, image)
@@ -161,7 +165,8 @@ def load_image(engine: Engine, image: BuiltImage, log: StepLog) -> str:
 
 
 def build_image(engine: Engine, locked: Locked, log: StepLog) -> tuple[BuiltImage, str]:
-    """Build the image for a lock-checked target and load it: (the image, the engine's id, untagged)."""
+    """Build the image for a lock-checked target and load it: (the image, the engine's id,
+    untagged)."""
     _, image = assemble_image(engine, locked, log)
     return image, load_image(engine, image, log)
 

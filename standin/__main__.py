@@ -2,7 +2,8 @@
 local registry and pin the spec targets that use them; prints one reference per base.
 
 1. ``m3-image/standin-base:vllm-0.24.0`` (Debian + torch CPU + vLLM 0.24.0) -> target ``standin``;
-2. ``m3-image/standin-base:vllm-4a560dd`` (1. + the pinned revision's bytes) -> target ``standin-4a560dd``.
+2. ``m3-image/standin-base:vllm-4a560dd`` (1. + the pinned revision's bytes) -> target
+``standin-4a560dd``.
 """
 
 from __future__ import annotations
@@ -39,7 +40,8 @@ def pin_file(spec_file: Path, name: str, base: StandinBase) -> Path:
 
 
 def pin_targets(spec_file: Path, pins: dict[str, StandinBase]) -> list[Path]:
-    """Write each base's digest into its target's pin file; checks every target before writing any."""
+    """Write each base's digest into its target's pin file; checks every target before writing
+    any."""
     files = {pin_file(spec_file, name, base): base for name, base in pins.items()}
     for path, base in files.items():
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -199,7 +199,8 @@ def build_pinned_base(
                 write_context(context, dockerfile, {"vllm": tree})
                 context.seek(0)
                 log(
-                    f"standin: building {LOCAL_TAG} (one layer: {len(pinned)} files of vLLM 4a560dd)"
+                    f"standin: building {LOCAL_TAG} (one layer: {len(pinned)} files of vLLM "
+                    "4a560dd)"
                 )
                 image_id = engine.build(context, "Dockerfile", LOCAL_TAG, network_mode="none")
     # Whatever the engine holds under the tag, its bytes are checked before it is pushed.

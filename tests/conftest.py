@@ -74,7 +74,8 @@ def docker_client():
         client.ping()
     except Exception as exc:  # DockerException, requests' ConnectionError, ...
         _unavailable(
-            f"Docker engine unreachable ({type(exc).__name__}); start it with scripts/start-dockerd.sh"
+            f"Docker engine unreachable ({type(exc).__name__}); start it with "
+            "scripts/start-dockerd.sh"
         )
     yield client
     client.close()

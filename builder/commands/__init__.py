@@ -1,1 +1,2 @@
-"""One module per subcommand (as pre-commit does): each has ``register(subparsers)`` and ``run(args, log)``."""
+"""One module per subcommand (as pre-commit does): each has ``register(subparsers)`` and
+``run(args, log)``."""

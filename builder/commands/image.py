@@ -53,8 +53,8 @@ def print_plan(locked: Locked, log) -> None:
         log.result(f"file        {rel}: {pre} -> {post}")
     log.result(f"image       {locked.reference}  (+ {', '.join(target.aliases) or 'no aliases'})")
     log.result(
-        "steps       check lock -> pull base -> patch -> write delta layer -> assemble config + manifest -> "
-        "load -> validate -> tag"
+        "steps       check lock -> pull base -> patch -> write delta layer -> assemble config + "
+        "manifest -> load -> validate -> tag"
     )
 
 

@@ -1,4 +1,5 @@
-"""``builder push`` (``make push``): publish the validated image by its content tag, then the aliases."""
+"""``builder push`` (``make push``): publish the validated image by its content tag, then the
+aliases."""
 
 from __future__ import annotations
 
@@ -13,7 +14,10 @@ from builder.workflow import (
 )
 
 NAME = "push"
-HELP = "push the target's validated image (the builder's own manifest) by its content tag, then move the aliases"
+HELP = (
+    "push the target's validated image (the builder's own manifest) by its content tag, then "
+    "move the aliases"
+)
 
 
 def register(sub) -> None:

@@ -5,7 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 NAME = "verify"
-HELP = "check IMAGE (labels, patched-file fingerprints, tables) against the target's lock; refuse a mismatch"
+HELP = (
+    "check IMAGE (labels, patched-file fingerprints, tables) against the target's lock; refuse "
+    "a mismatch"
+)
 
 
 def register(sub) -> None:
@@ -14,7 +17,8 @@ def register(sub) -> None:
         "image",
         nargs="?",
         help="image reference or id in the engine (default: the registry "
-        "copy of the target's content tag, by the manifest digest the lock predicts, pulled if absent)",
+        "copy of the target's content tag, by the manifest digest the lock predicts, pulled if "
+        "absent)",
     )
     parser.add_argument(
         "--target", help="target whose lock to check against (default: the spec's default_target)"
@@ -49,7 +53,8 @@ def run(args, log) -> int:
             if problems:
                 raise refuse(str(args.rootfs), problems, str(lock_file))
         log.result(
-            f"{args.rootfs}: matches {lock_file} (content tag {content_tag(lock)}; files and lock only)"
+            f"{args.rootfs}: matches {lock_file} (content tag {content_tag(lock)}; files and lock "
+            "only)"
         )
         return 0
     engine = Engine.connect()
@@ -72,7 +77,8 @@ def run(args, log) -> int:
         for note in notes:
             log.info(note)
     log.result(
-        f"{args.image}: verified against {lock_file} (content tag {content_tag(lock)}, image {image_id})"
+        f"{args.image}: verified against {lock_file} (content tag {content_tag(lock)}, image "
+        f"{image_id})"
     )
     return 0
 

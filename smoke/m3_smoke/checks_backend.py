@@ -56,7 +56,9 @@ def check_backend_marker_gfx942(mode: str, device_name: str) -> dict:
     try:
         backend, cls, log, kind = select_backend("gfx942", mode, device_name)
     except Exception as exc:
-        raise CheckFailed(f"select_mxfp8_moe_backend raised on gfx942: {type(exc).__name__}: {exc}")
+        raise CheckFailed(
+            f"select_mxfp8_moe_backend raised on gfx942: {type(exc).__name__}: {exc}"
+        ) from exc
     details = {
         "platform": kind,
         "backend": getattr(backend, "value", str(backend)),
@@ -81,7 +83,9 @@ def check_backend_marker_gfx950(mode: str, device_name: str) -> dict:
     try:
         backend, cls, log, kind = select_backend("gfx950", mode, "AMD_Instinct_MI355X")
     except Exception as exc:
-        raise CheckFailed(f"select_mxfp8_moe_backend raised on gfx950: {type(exc).__name__}: {exc}")
+        raise CheckFailed(
+            f"select_mxfp8_moe_backend raised on gfx950: {type(exc).__name__}: {exc}"
+        ) from exc
     details = {
         "platform": kind,
         "backend": getattr(backend, "value", str(backend)),
@@ -150,7 +154,7 @@ def check_swiglu_params(mode: str, device_name: str) -> dict:
     except Exception as exc:
         raise CheckFailed(
             f"ModelOpt MXFP8 MoE load path failed on gfx942: {type(exc).__name__}: {exc}"
-        )
+        ) from exc
     if qcfg is None:
         raise CheckFailed("no FusedMoEQuantConfig was built on gfx942")
     got = {k: getattr(qcfg, k, None) for k in M3_SWIGLU}
@@ -184,7 +188,7 @@ def check_swiglu_params(mode: str, device_name: str) -> dict:
         )
     kbad = [
         f"{k}={kernel_sw[k]!r} (want {v})"
-        for k, v in zip(("alpha", "beta", "limit"), M3_SWIGLU.values())
+        for k, v in zip(("alpha", "beta", "limit"), M3_SWIGLU.values(), strict=True)
         if kernel_sw[k] is None or abs(float(kernel_sw[k]) - v) > 1e-6
     ]
     if kbad:
@@ -203,7 +207,8 @@ def check_swiglu_params(mode: str, device_name: str) -> dict:
         4,
     ]:
         raise CheckFailed(
-            f"converted w13 scale {layer.w13_weight_scale.dtype}{list(layer.w13_weight_scale.shape)}, "
+            "converted w13 scale "
+            f"{layer.w13_weight_scale.dtype}{list(layer.w13_weight_scale.shape)}, "
             "want float32[2, 4, 4]",
             **details,
         )

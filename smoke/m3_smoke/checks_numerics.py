@@ -364,7 +364,8 @@ def record_golden(out_path, *, emulate: bool) -> dict:
         arch = real_gpu_arch()
         if arch is None or not arch.startswith("gfx95"):
             raise RuntimeError(
-                f"record-golden needs a gfx950 (MI355X) GPU, found {arch or 'none'}; use --emulate for the CPU emulation"
+                f"record-golden needs a gfx950 (MI355X) GPU, found {arch or 'none'}; use --emulate "
+                "for the CPU emulation"
             )
         import vllm
 

@@ -157,7 +157,8 @@ def check_tables_lookup(manifest: dict, *, hidden: int = 6144, top_k: int = 4) -
         if mism:
             fallback = any("Using default MoE config" in ln for ln in log)
             problems.append(
-                f"{label}: vLLM returned {'the default config' if fallback or default_hits else 'a different config'}"
+                f"{label}: vLLM returned "
+                f"{'the default config' if fallback or default_hits else 'a different config'}"
                 f" for M={','.join(map(str, mism[:6]))}{'...' if len(mism) > 6 else ''}"
                 f" instead of {t['file']}"
             )

@@ -104,7 +104,8 @@ def _record(args) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(
-        f"wrote {args.out} ({doc['producer']['kind']}, output sha256 {doc['output']['sha256'][:16]})"
+        f"wrote {args.out} ({doc['producer']['kind']}, output sha256 "
+        f"{doc['output']['sha256'][:16]})"
     )
     return 0
 

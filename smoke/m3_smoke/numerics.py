@@ -97,7 +97,7 @@ TILE_SCALES = (0.125, 0.25, 0.5, 1.0, 1.0, 2.0, 4.0, 8.0)
 
 
 def make_problem(p: dict = M3, device="cpu") -> dict:
-    H, I, E, K, T, s = p["hidden"], p["inter"], p["experts"], p["top_k"], p["tokens"], p["seed"]
+    H, inter, E, K, T, s = p["hidden"], p["inter"], p["experts"], p["top_k"], p["tokens"], p["seed"]
     salt = s * 1000
 
     # expert weights with per-tile and per-row magnitude spread and some outlier
@@ -113,8 +113,8 @@ def make_problem(p: dict = M3, device="cpu") -> dict:
         w.mul_(tiles.repeat_interleave(128, 1)[:, :n].repeat_interleave(128, 2)[:, :, :c])
         return w
 
-    w13_q, w13_s = mx_quantize_weight(weight((E, 2 * I, H), 1))
-    w2_q, w2_s = mx_quantize_weight(weight((E, H, I), 2))
+    w13_q, w13_s = mx_quantize_weight(weight((E, 2 * inter, H), 1))
+    w2_q, w2_s = mx_quantize_weight(weight((E, H, inter), 2))
     x = _normal((T, H), salt + 3, device)
     x[:, 7::997] *= p["act_outlier"]  # a few large-activation channels
     x = x.to(torch.bfloat16)

@@ -1,4 +1,5 @@
-"""Fixtures for tests/builder; helpers and fixture bodies live in m3_builder_testlib (beside this file)."""
+"""Fixtures for tests/builder; helpers and fixture bodies live in m3_builder_testlib (beside this
+file)."""
 
 import sys
 from pathlib import Path

@@ -1,4 +1,5 @@
-"""Helpers and fixtures for the builder-core unit tests: tiny projects, trees and patches in tmp_path.
+"""Helpers and fixtures for the builder-core unit tests: tiny projects, trees and patches in
+tmp_path.
 
 No Docker, no registry. GNU patch (/usr/bin/patch) is real; nothing is mocked.
 """

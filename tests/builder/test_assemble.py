@@ -1,4 +1,5 @@
-"""builder.assemble: the final config is the base's plus one layer, byte-stable; the load archive is minimal."""
+"""builder.assemble: the final config is the base's plus one layer, byte-stable; the load archive
+is minimal."""
 
 from __future__ import annotations
 
@@ -80,7 +81,7 @@ def test_compose_config():
     config = json.loads(out)
     base_cfg = base.config
     assert config["history"][:3] == base_cfg["history"]
-    for ours, theirs in zip(config["history"], BASE_HISTORY):
+    for ours, theirs in zip(config["history"], BASE_HISTORY, strict=False):
         assert json.dumps(ours, separators=(",", ":")) == json.dumps(
             theirs, separators=(",", ":")
         )  # key order kept
@@ -131,7 +132,9 @@ def test_compose_config_base_without_labels_env_or_created():
     assert config["history"] == [
         {
             "created": "1970-01-01T00:00:00Z",
-            "created_by": "m3-image: patched vLLM files, MI300X MoE tables, smoke suite (one layer)",
+            "created_by": (
+                "m3-image: patched vLLM files, MI300X MoE tables, smoke suite (one layer)"
+            ),
             "comment": "c",
         }
     ]
@@ -238,7 +241,10 @@ def test_image_manifest_refuses(layers, needle):
 def test_load_archive():
     image = assemble(with_manifest(make_base()), make_delta(), "c")
     archive = load_archive(image)
-    blob = lambda digest: "blobs/sha256/" + digest.split(":")[1]
+
+    def blob(digest):
+        return "blobs/sha256/" + digest.split(":")[1]
+
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
         members = tar.getmembers()
         names = [m.name for m in members]
@@ -253,7 +259,10 @@ def test_load_archive():
         }
         for m in members:
             assert m.isfile() and (m.mtime, m.uid, m.gid, m.mode, m.uname) == (0, 0, 0, 0o644, "")
-        read = lambda name: tar.extractfile(name).read()
+
+        def read(name):
+            return tar.extractfile(name).read()
+
         assert read(blob(image.config_digest)) == image.config
         assert read(blob(image.delta.diff_id)) == image.delta.layer
         assert read(blob(image.manifest_digest)) == image.manifest

@@ -1,4 +1,5 @@
-"""builder.dockerfile: the delta Dockerfile renders exactly, values quoted, no instruction can be injected."""
+"""builder.dockerfile: the delta Dockerfile renders exactly, values quoted, no instruction can be
+injected."""
 
 from __future__ import annotations
 
@@ -31,7 +32,8 @@ def render(labels=None, env=None, **kw) -> str:
 
 
 def instructions(text: str) -> list[str]:
-    """Logical instructions: comments/blank lines dropped, ``\\``-continued lines joined by one space."""
+    """Logical instructions: comments/blank lines dropped, ``\\``-continued lines joined by one
+    space."""
     out: list[str] = []
     pending = ""
     for line in text.split("\n"):
@@ -50,7 +52,8 @@ _PAIR_RE = re.compile(r'([A-Za-z0-9._-]+)="((?:[^"\\]|\\.)*)"(?:\s+|$)')
 
 
 def parse_pairs(args: str) -> dict[str, str]:
-    """Parse ``k="v" k2="v2"`` the way the Dockerfile parser does (\\ escapes inside double quotes)."""
+    """Parse ``k="v" k2="v2"`` the way the Dockerfile parser does (\\ escapes inside double
+    quotes)."""
     pairs: dict[str, str] = {}
     pos = 0
     while pos < len(args):
@@ -161,12 +164,12 @@ def test_no_instruction_can_be_injected(labels, env):
     for line in logical:
         assert line.startswith(ALLOWED), line
     # every physical non-comment line is an instruction or the continuation of one
-    physical = [l for l in text.split("\n") if l.strip() and not l.startswith("#")]
+    physical = [line for line in text.split("\n") if line.strip() and not line.startswith("#")]
     continued = False
     for line in physical:
         assert continued or line.startswith(ALLOWED), line
         continued = line.endswith("\\") and not line.endswith("\\\\")
-    assert [l.split(" ", 1)[0] for l in logical] == ["FROM", "COPY", "LABEL", "ENV"]
+    assert [line.split(" ", 1)[0] for line in logical] == ["FROM", "COPY", "LABEL", "ENV"]
     assert parse_pairs(logical[2][len("LABEL ") :]) == labels
     assert parse_pairs(logical[3][len("ENV ") :]) == env
 

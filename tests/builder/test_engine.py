@@ -49,7 +49,10 @@ def test_engine_info():
 
 
 def test_archive_path_is_glob_escaped_for_podman_only():
-    path = "/v/configs/E=128,N=384,device_name=AMD_Instinct_MI300X,dtype=fp8_w8a8,block_shape=[128,128].json"
+    path = (
+        "/v/configs/E=128,N=384,device_name=AMD_Instinct_MI300X,"
+        "dtype=fp8_w8a8,block_shape=[128,128].json"
+    )
     podman = EngineInfo("Podman Engine", "5.8.6", "containers/storage (overlay)")
     docker = EngineInfo("Docker Engine", "28.5.2", "classic image store (overlay2)")
     assert archive_path(path, docker) == path
@@ -133,7 +136,8 @@ def test_absent_is_an_answer_not_an_error(method):
         (LOST, "the engine connection failed (ConnectionError"),
         (
             NO_API,
-            "Podman Engine 5.8.6 (containers/storage (overlay)) does not provide this API (page not found)",
+            "Podman Engine 5.8.6 (containers/storage (overlay)) does not provide this API (page "
+            "not found)",
         ),
     ],
 )
@@ -159,7 +163,8 @@ def test_container_start_failure_is_one_line():
                 "500",
                 response=response(500),
                 explanation=(
-                    "crun: writing file `/sys/fs/cgroup/cgroup.subtree_control`: Operation not supported\n"
+                    "crun: writing file `/sys/fs/cgroup/cgroup.subtree_control`: Operation not "
+                    "supported\n"
                     "OCI runtime error"
                 ),
             )

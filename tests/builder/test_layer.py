@@ -48,7 +48,8 @@ def test_form_of_every_header(tmp_path):
     }
     assert {m.mode for m in members if m.isdir()} == {0o755}
     assert not [m for m in members if m.pax_headers]
-    # raw bytes: ustar magic, permission bits only (no 040000 / 0100000 type bits), no padding record
+    # raw bytes: ustar magic, permission bits only (no 040000 / 0100000 type bits), no padding
+    # record
     first = layer[:BLOCK]
     assert first[:4] == b"opt/" and first[257:265] == b"ustar\x0000"
     assert first[100:108] == b"0000755\0" and first[265:329] == b"\0" * 64
@@ -59,7 +60,7 @@ def test_form_of_every_header(tmp_path):
 def test_same_bytes_whatever_the_disk_says(tmp_path):
     one = canonical_layer(make_tree(tmp_path / "one"), MTIME)
     two_root = make_tree(tmp_path / "two", order=("a", "b"))  # other creation order
-    for dirpath, dirnames, filenames in os.walk(two_root):  # other mtimes and dir modes
+    for dirpath, _dirnames, filenames in os.walk(two_root):  # other mtimes and dir modes
         os.chmod(dirpath, 0o700)
         for name in filenames:
             os.utime(os.path.join(dirpath, name), (12345, 12345))

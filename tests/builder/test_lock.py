@@ -1,4 +1,5 @@
-"""builder.lock: content tag/digest stability, lock file round trip, one-line errors, drift diffs."""
+"""builder.lock: content tag/digest stability, lock file round trip, one-line errors, drift
+diffs."""
 
 from __future__ import annotations
 
@@ -312,7 +313,7 @@ def test_lock_inputs_from_a_tmp_project(write_spec, project):
     )
     with pytest.raises(LockError) as info:
         require_match(target.lock_file, section, lock_inputs(collect_inputs(target)))
-    assert [l.split(":")[0] for l in info.value.details[2:]] == [
+    assert [line.split(":")[0] for line in info.value.details[2:]] == [
         "-inputs.patches[0].sha256",
         "+inputs.patches[0].sha256",
     ]

@@ -1,4 +1,5 @@
-"""builder.patchstack: series parsing, path safety, and apply_stack's three outcomes with real GNU patch."""
+"""builder.patchstack: series parsing, path safety, and apply_stack's three outcomes with real GNU
+patch."""
 
 from __future__ import annotations
 
@@ -109,24 +110,28 @@ def _hunk(old: str, new: str) -> str:
             ["'vllm/a.py' is outside the vLLM tree"],
         ),
         (
-            "diff --git a/vllm/l b/vllm/l\nnew file mode 120000\n--- /dev/null\n+++ b/vllm/l\n@@ -0,0 +1 @@\n"
+            "diff --git a/vllm/l b/vllm/l\nnew file mode 120000\n--- /dev/null\n+++ b/vllm/l\n@@ "
+            "-0,0 +1 @@\n"
             "+/etc/passwd\n\\ No newline at end of file\n",
             2,
             ["patches may not create or change symlinks"],
         ),
         ("diff --git a/vllm/l b/vllm/l\nold mode 100644\nnew mode 120000\n", 3, ["symlinks"]),
         (
-            "diff --git a/vllm/x.bin b/vllm/x.bin\nindex 0000000..1111111\nGIT binary patch\nliteral 3\nKcmZ?d00001\n\n",
+            "diff --git a/vllm/x.bin b/vllm/x.bin\nindex 0000000..1111111\nGIT binary "
+            "patch\nliteral 3\nKcmZ?d00001\n\n",
             3,
             ["binary patches are not supported"],
         ),
         (
-            "diff --git a/vllm/x.bin b/vllm/x.bin\nBinary files a/vllm/x.bin and b/vllm/x.bin differ\n",
+            "diff --git a/vllm/x.bin b/vllm/x.bin\nBinary files a/vllm/x.bin and b/vllm/x.bin "
+            "differ\n",
             2,
             ["binary patches are not supported"],
         ),
         (
-            "diff --git a/vllm/a.py b/etc/cron.d/x\nrename from vllm/a.py\nrename to etc/cron.d/x\n",
+            "diff --git a/vllm/a.py b/etc/cron.d/x\nrename from vllm/a.py\n"
+            "rename to etc/cron.d/x\n",
             1,
             ["'b/etc/cron.d/x' is outside the vLLM tree"],
         ),
@@ -317,8 +322,8 @@ def test_new_file_and_deleted_file(tree, write_series):
 def test_git_empty_new_file_is_carried_back(tree, write_series):
     """A git header-only entry (empty new file) is part of the patch: it must reach the tree."""
     text = (
-        P_A
-        + "diff --git a/vllm/empty.py b/vllm/empty.py\nnew file mode 100644\nindex 0000000..e69de29\n"
+        P_A + "diff --git a/vllm/empty.py b/vllm/empty.py\nnew file mode 100644\nindex "
+        "0000000..e69de29\n"
     )
     stack = _series(write_series, {"0001-a.patch": text})
     assert set(stack[0].files) == {"vllm/a.py", "vllm/empty.py"}

@@ -1,4 +1,5 @@
-"""builder.spec.load_spec: valid specs load into dataclasses; every bad input is one line naming file, key, value."""
+"""builder.spec.load_spec: valid specs load into dataclasses; every bad input is one line naming
+file, key, value."""
 
 from __future__ import annotations
 
@@ -452,7 +453,8 @@ def test_missing_spec_file(tmp_path):
 
 
 def test_repo_image_yaml_loads():
-    """The committed spec parses (read-only); its production target is unpinned or pinned, never half-valid."""
+    """The committed spec parses (read-only); its production target is unpinned or pinned, never
+    half-valid."""
     repo = Path(__file__).resolve().parents[2]
     spec = load_spec(repo / "image.yaml")
     assert spec.default_target == "mi300x"

@@ -1,4 +1,5 @@
-"""Shared definitions (``definitions:`` + ``extends:``): said once, used verbatim, refused when ambiguous."""
+"""Shared definitions (``definitions:`` + ``extends:``): said once, used verbatim, refused when
+ambiguous."""
 
 from __future__ import annotations
 

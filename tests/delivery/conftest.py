@@ -35,7 +35,7 @@ PLANTED_SECRET = f"planted-{uuid.uuid4().hex}-secret"
 
 # -- the builder, frozen for the session ---------------------------------------------------------
 @pytest.fixture(scope="session")
-def snapshot(tmp_path_factory, standin_project) -> Path:
+def snapshot(tmp_path_factory, standin_project) -> Path:  # noqa: F811 (the session fixture imported above)
     root = tmp_path_factory.mktemp("delivery-snapshot")
     ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
     for name in ("builder", "smoke", "dockerfiles"):
@@ -73,7 +73,8 @@ class Project:
 def builder_cli(
     project: Project, *args: str, env: dict | None = None
 ) -> subprocess.CompletedProcess:
-    """``python -m builder --spec <project> ...`` run from the snapshot (its builder, its build/)."""
+    """``python -m builder --spec <project> ...`` run from the snapshot (its builder, its
+    build/)."""
     return subprocess.run(
         [sys.executable, "-m", "builder", "--spec", str(project.spec), *args],
         cwd=project.root,
@@ -85,9 +86,13 @@ def builder_cli(
 
 
 def make_project(
-    snapshot: Path, standin_project: Path, name: str, repository: str, aliases: list[str]
+    snapshot: Path,
+    source_project: Path,
+    name: str,
+    repository: str,
+    aliases: list[str],
 ) -> Project:
-    spec = yaml.safe_load((standin_project / "image.yaml").read_text())
+    spec = yaml.safe_load((source_project / "image.yaml").read_text())
     target = spec["targets"]["standin"]
     target["output"] = {"repository": repository, "aliases": aliases}
     target["lock"] = f"locks/{name}.lock.yaml"
@@ -128,7 +133,7 @@ def quiet_log() -> StepLog:
     return StepLog(stream=io.StringIO())
 
 
-# -- docker configs ---------------------------------------------------------------------------------
+# -- docker configs --------------------------------------------------------------------------------
 def write_docker_config(directory: Path, auths: dict[str, tuple[str, str]]) -> dict:
     directory.mkdir(parents=True, exist_ok=True)
     config = {
@@ -153,9 +158,9 @@ def docker_config_env(tmp_path, monkeypatch):
     return make
 
 
-# -- projects ----------------------------------------------------------------------------------------
+# -- projects --------------------------------------------------------------------------------------
 @pytest.fixture(scope="session")
-def plain_project(snapshot, standin_project, registry) -> Project:
+def plain_project(snapshot, standin_project, registry) -> Project:  # noqa: F811 (the session fixture imported above)
     return locked(
         make_project(
             snapshot,
@@ -181,7 +186,7 @@ def plain_pushed(plain_project, plain_image):
 
 
 @pytest.fixture(scope="session")
-def auth_project(snapshot, standin_project, auth_registry) -> Project:
+def auth_project(snapshot, standin_project, auth_registry) -> Project:  # noqa: F811 (the session fixture imported above)
     return locked(
         make_project(
             snapshot,
@@ -215,7 +220,7 @@ def one_error_line(result) -> str:
     return lines[0]
 
 
-# -- throwaway registries -------------------------------------------------------------------------------
+# -- throwaway registries --------------------------------------------------------------------------
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -267,7 +272,8 @@ class ThrowawayRegistry:
         while v2_status(self.address) != 200:
             if time.monotonic() > deadline or self.proc.poll() is not None:
                 raise RuntimeError(
-                    f"throwaway registry did not start: {(self.root / 'registry.log').read_text()[-1000:]}"
+                    "throwaway registry did not start: "
+                    f"{(self.root / 'registry.log').read_text()[-1000:]}"
                 )
             time.sleep(0.1)
 
@@ -290,7 +296,7 @@ def throwaway_registry(tmp_path):
     reg.kill()
 
 
-# -- small images made with docker-py ---------------------------------------------------------------
+# -- small images made with docker-py --------------------------------------------------------------
 def build_image(
     docker_client, tmp_path: Path, tag: str, files: dict[str, bytes], base: str = "scratch"
 ) -> str:
@@ -308,7 +314,7 @@ def build_image(
     return image.id
 
 
-# -- small images made by the builder's own assembly (no engine) ------------------------------------
+# -- small images made by the builder's own assembly (no engine) -----------------------------------
 def tiny_image(
     tmp_path: Path, files: dict[str, bytes], base_reference: str = "127.0.0.1:5000/m3-image/none:x"
 ):

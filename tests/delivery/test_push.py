@@ -1,4 +1,5 @@
-"""make push / make image against real registries: digests, aliases, pull-instead-of-build, conflicts."""
+"""make push / make image against real registries: digests, aliases, pull-instead-of-build,
+conflicts."""
 
 from __future__ import annotations
 
@@ -176,15 +177,18 @@ def test_existing_tag_with_a_different_digest_is_refused(tmp_path, registry):
     with pytest.raises(TagConflict) as caught:
         publish(repository, "content", ["latest"], second, base, quiet_log())
     assert str(caught.value) == (
-        f"push {repository}:content: the registry already holds this tag as {published.manifest_digest} "
-        f"(image {first.config_digest}), not image {second.config_digest}; a content tag is never overwritten"
+        f"push {repository}:content: the registry already holds this tag as "
+        f"{published.manifest_digest} "
+        f"(image {first.config_digest}), not image {second.config_digest}; a content tag is never "
+        "overwritten"
     )
     assert remote_image(f"{repository}:content").manifest_digest == published.manifest_digest
     assert remote_image(f"{repository}:latest").manifest_digest == published.manifest_digest
 
 
 def test_same_image_pushed_again_is_a_no_op(tmp_path, registry):
-    """A second builder (another engine, another machine) pushing the same lock: same bytes, no-op."""
+    """A second builder (another engine, another machine) pushing the same lock: same bytes,
+    no-op."""
     repository = f"{registry}/m3-image/delivery-again-{SESSION}"
     image, base = tiny_image(tmp_path, {"x": b"same"})
     first = publish(repository, "content", ["latest"], image, base, quiet_log())

@@ -1,4 +1,5 @@
-"""builder verify (real / tampered / foreign image) and builder resolve (digest-pinned references)."""
+"""builder verify (real / tampered / foreign image) and builder resolve (digest-pinned
+references)."""
 
 from __future__ import annotations
 
@@ -126,8 +127,7 @@ def test_verify_without_image_checks_the_predicted_registry_copy(
     digest = remote_image(plain_project.reference()).manifest_digest
     assert result.stdout.strip() == (
         f"{plain_project.repository}@{digest}: verified against "
-        f"{plain_project.lock_file} (content tag {plain_project.tag()}, "
-        f"image {plain_image})"
+        f"{plain_project.lock_file} (content tag {plain_project.tag()}, image {plain_image})"
     )
 
 

@@ -243,7 +243,8 @@ def main() -> int:
         ]
         row = " ".join(f"{k}={m[k]:.4g}" for k in KEYS if k in m)
         print(
-            f"{name}: {row} mismatch={m['device_conversion_mismatch']['total']} conversion={m['conversion_impl']} "
+            f"{name}: {row} mismatch={m['device_conversion_mismatch']['total']} "
+            f"conversion={m['conversion_impl']} "
             f"kernel={m.get('device_kernel')} swiglu={m['swiglu_image']} {m['device_moe_config']} "
             f"gates_failed={m['gates_failed']} ({m['seconds']} s)",
             flush=True,

@@ -19,7 +19,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="session")
 def standin_project(tmp_path_factory, standin_base):
-    """A copy of the project's inputs with a spec whose `standin` target is pinned to the stand-in."""
+    """A copy of the project's inputs with a spec whose `standin` target is pinned to the
+    stand-in."""
     root = tmp_path_factory.mktemp("project")
     for name in ("patches", "tuning"):
         shutil.copytree(REPO / name, root / name)
@@ -52,7 +53,8 @@ def run_builder(
 
 @pytest.fixture(scope="session")
 def builder_cli():
-    """``builder_cli(project, *args, env=..., spec=...)``: run ``python -m builder`` on a project copy."""
+    """``builder_cli(project, *args, env=..., spec=...)``: run ``python -m builder`` on a project
+    copy."""
     return run_builder
 
 

@@ -52,7 +52,10 @@ def test_lock_records_every_input(locked_project, standin_base):
         "d0d7c764"
     )
     assert files["model_executor/layers/quantization/utils/mxfp8_block_fp8.py"]["pre"] == "absent"
-    table = "model_executor/layers/fused_moe/configs/E=128,N=384,device_name=AMD_Instinct_MI300X,dtype=fp8_w8a8,block_shape=[128,128].json"
+    table = (
+        "model_executor/layers/fused_moe/configs/E=128,N=384,device_name=AMD_Instinct_MI300X,"
+        "dtype=fp8_w8a8,block_shape=[128,128].json"
+    )
     assert files[table]["pre"]["git_blob"].startswith("c275cecc")
     assert files[table]["post"]["git_blob"].startswith("f20c20c4d2")
 
@@ -140,7 +143,10 @@ def test_base_history_is_untouched(built, docker_client, standin_base):
     base_history = docker_client.api.history(standin_base.reference)
     history = docker_client.api.history(image_id)
     assert len(history) == len(base_history) + 1
-    strip = lambda h: {k: h[k] for k in ("Created", "CreatedBy", "Comment", "Size")}
+
+    def strip(h):
+        return {k: h[k] for k in ("Created", "CreatedBy", "Comment", "Size")}
+
     assert [strip(h) for h in history[1:]] == [strip(h) for h in base_history]
     assert history[0]["Created"] == base_history[0]["Created"]
 

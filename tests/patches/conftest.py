@@ -25,7 +25,8 @@ def read_series(name: str) -> list[str]:
 
 
 def run_patch(root: Path, patch_file: Path, *extra: str) -> subprocess.CompletedProcess:
-    """GNU patch forward with the builder's flags (zero fuzz) on ``root``; ``extra`` adds e.g. --dry-run."""
+    """GNU patch forward with the builder's flags (zero fuzz) on ``root``; ``extra`` adds e.g.
+    --dry-run."""
     from builder import patchstack
 
     return patchstack.run_patch(root, patch_file, "--forward", *extra)

@@ -105,7 +105,7 @@ def test_modelopt_converts_at_load(monkeypatch, conv, vllm_logs):
 
     monkeypatch.setattr(modelopt, "make_fp8_moe_kernel", fake_make_kernel)
 
-    E, H, I = 3, 256, 192  # I not a multiple of 128: padded tiles
+    E, H, inter = 3, 256, 192  # inter not a multiple of 128: padded tiles
     g = torch.Generator().manual_seed(5)
 
     def mx(n, k):
@@ -113,8 +113,8 @@ def test_modelopt_converts_at_load(monkeypatch, conv, vllm_logs):
         s = torch.randint(115, 125, (E, n, k // 32), generator=g, dtype=torch.uint8)
         return w, s
 
-    w13, s13 = mx(2 * I, H)
-    w2, s2 = mx(H, I)
+    w13, s13 = mx(2 * inter, H)
+    w2, s2 = mx(H, inter)
     layer = torch.nn.Module()
     for name, t in (
         ("w13_weight", w13),

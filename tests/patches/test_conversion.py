@@ -72,7 +72,7 @@ def test_all_256_fn_bytes_reencode_to_fnuz_exactly(conv):
         assert q.dtype == dt and sc.shape == (1, 1, 2)
         assert sc.flatten().tolist() == [2.0 if dt == FNUZ else 1.0] * 2
         qb = q.view(torch.uint8).flatten().tolist()
-        for bi, bo in zip(w.view(torch.uint8).flatten().tolist(), qb):
+        for bi, bo in zip(w.view(torch.uint8).flatten().tolist(), qb, strict=True):
             assert bo != 0x80
             assert val(bo) * float(sc[0, 0, 0]) == fn_value(bi)  # exact
             assert bo == (0 if bi == 0x80 else bi)  # same bits, -0 -> +0

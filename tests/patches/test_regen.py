@@ -1,4 +1,5 @@
-"""Patch 0001 is generated from patches/src: the two may not drift, and `make patches` regenerates it."""
+"""Patch 0001 is generated from patches/src: the two may not drift, and `make patches` regenerates
+it."""
 
 from __future__ import annotations
 

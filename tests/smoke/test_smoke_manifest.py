@@ -20,7 +20,10 @@ GOOD = {
     },
     "tables": [
         {
-            "file": "E=128,N=384,device_name=AMD_Instinct_MI300X,dtype=fp8_w8a8,block_shape=[128,128].json",
+            "file": (
+                "E=128,N=384,device_name=AMD_Instinct_MI300X,"
+                "dtype=fp8_w8a8,block_shape=[128,128].json"
+            ),
             "sha256": "c" * 64,
             "E": 128,
             "N": 384,

@@ -261,7 +261,8 @@ def test_unpatched_tree_fails_by_name(tmp_path, suite):
     assert "block_shape [1, 32], backend EMULATION" in run.check("swiglu_params")["reason"]
     # the image's layer is built as served: unpatched, it keeps the BF16 emulation weights
     assert run.check("numerics_vs_native")["reason"].startswith(
-        "w13: converted weight torch.bfloat16[8, 768, 6144], want torch.float8_e4m3fnuz[8, 768, 6144]"
+        "w13: converted weight torch.bfloat16[8, 768, 6144], want torch.float8_e4m3fnuz[8, 768, "
+        "6144]"
     )
     assert lines["FAIL"]  # at least one FAIL line printed
 

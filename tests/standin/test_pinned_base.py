@@ -1,4 +1,5 @@
-"""The pinned-faithful stand-in base: one layer on the stand-in, the pinned blobs, pushed and reused."""
+"""The pinned-faithful stand-in base: one layer on the stand-in, the pinned blobs, pushed and
+reused."""
 
 from __future__ import annotations
 
@@ -19,7 +20,9 @@ PINNED = {
     "model_executor/layers/quantization/modelopt.py": "33c7c7532a0ba823e4e7a23538300a5977a4553e",
     # untouched by the reconstruction: the same bytes as 0.24.0 (and as the pinned revision)
     "model_executor/layers/fused_moe/oracle/mxfp8.py": "d0d7c76481b0a315e9c57810d40394822f62594c",
-    "model_executor/layers/quantization/utils/mxfp8_utils.py": "e6063b463284f912f6cd923d9cf65ff9515d56f2",
+    "model_executor/layers/quantization/utils/mxfp8_utils.py": (
+        "e6063b463284f912f6cd923d9cf65ff9515d56f2"
+    ),
 }
 
 

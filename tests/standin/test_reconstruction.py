@@ -1,4 +1,5 @@
-"""The pinned revision's bytes, rebuilt from the vLLM 0.24.0 wheel and the committed diff (no engine).
+"""The pinned revision's bytes, rebuilt from the vLLM 0.24.0 wheel and the committed diff (no
+engine).
 
 Real vLLM 0.24.0 sources from PyPI (build/cache, downloaded when missing), real GNU patch.
 Shows that the two trees really differ where it matters: the production stack's 0004 is
@@ -160,7 +161,8 @@ def test_production_stack_on_plain_0_24_0(plain_site, tmp_path):
 
 
 def _production_target(tmp_path: Path):
-    """The repo's standin-4a560dd target (production definition), pinned inline to a dummy digest."""
+    """The repo's standin-4a560dd target (production definition), pinned inline to a dummy
+    digest."""
     for name in ("patches", "tuning"):
         shutil.copytree(REPO / name, tmp_path / name)
     spec = yaml.safe_load((REPO / "image.yaml").read_text())
@@ -187,8 +189,8 @@ def test_production_expect_block_refuses_plain_0_24_0(plain_site, tmp_path):
     text = str(info.value)
     assert "\n" not in text
     assert (
-        f"targets.standin-4a560dd.expect.{MODELOPT}: expected blob 33c7c753, the base has d51a2dd312af"
-        in text
+        f"targets.standin-4a560dd.expect.{MODELOPT}: expected blob 33c7c753, the base has "
+        "d51a2dd312af" in text
     )
 
 
@@ -212,7 +214,8 @@ assert vllm.__file__.startswith(sys.argv[1]), vllm.__file__
 from vllm.model_executor.layers.fused_moe.oracle.fp8 import Fp8MoeBackend, make_fp8_moe_quant_config
 qc = make_fp8_moe_quant_config(
     fp8_backend=Fp8MoeBackend.TRITON, w1_scale=torch.ones(2, 2, 2), w2_scale=torch.ones(2, 2, 2),
-    a1_scale=None, a2_scale=None, block_shape=[128, 128], swiglu_limit=7.0, gemm1_alpha=1.702, gemm1_beta=1.0)
+    a1_scale=None, a2_scale=None, block_shape=[128, 128], swiglu_limit=7.0, gemm1_alpha=1.702,
+    gemm1_beta=1.0)
 print("QCFG", qc.block_shape, qc.gemm1_alpha, qc.gemm1_beta, qc.gemm1_clamp_limit)
 """
 

@@ -1,4 +1,5 @@
-"""builder.commands.image.print_plan: the dry-run plan, read from the typed lock (absent files named)."""
+"""builder.commands.image.print_plan: the dry-run plan, read from the typed lock (absent files
+named)."""
 
 from __future__ import annotations
 

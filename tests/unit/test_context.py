@@ -1,4 +1,5 @@
-"""builder.context: the build context is a function of content alone (fixed mtimes, modes, no caches)."""
+"""builder.context: the build context is a function of content alone (fixed mtimes, modes, no
+caches)."""
 
 from __future__ import annotations
 
@@ -80,7 +81,8 @@ def test_the_same_inputs_give_the_same_context_bytes(tmp_path, tree):
         ctx = write_context(
             where, fixed_inputs(), tree, lock, {}, base_reference="b@sha256:" + "a" * 64, mtime=5
         )
-        # bytes of everything; mtimes of the layer's tree (Dockerfile and .dockerignore are not in it)
+        # bytes of everything; mtimes of the layer's tree (Dockerfile and .dockerignore are not in
+        # it)
         return {
             p.relative_to(where).as_posix(): (
                 p.read_bytes() if p.is_file() else None,

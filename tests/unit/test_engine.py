@@ -1,4 +1,5 @@
-"""builder.engine.check_stream: errors docker-py leaves inside progress streams become one-line errors."""
+"""builder.engine.check_stream: errors docker-py leaves inside progress streams become one-line
+errors."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""builder.hashing: fingerprints, checked against `git hash-object` / sha256sum values (not recomputed here)."""
+"""builder.hashing: fingerprints, checked against `git hash-object` / sha256sum values (not
+recomputed here)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""builder.lock: the typed lock writes exactly the bytes the dict code path wrote; content tag pinned."""
+"""builder.lock: the typed lock writes exactly the bytes the dict code path wrote; content tag
+pinned."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""builder.manifest: the one producer of /opt/m3-image/manifest.json, checked by the suite's validator."""
+"""builder.manifest: the one producer of /opt/m3-image/manifest.json, checked by the suite's
+validator."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""builder.patchstack: the one series parser and the one set of GNU patch flags (no patch run here)."""
+"""builder.patchstack: the one series parser and the one set of GNU patch flags (no patch run
+here)."""
 
 from __future__ import annotations
 

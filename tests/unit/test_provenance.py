@@ -1,4 +1,5 @@
-"""builder.provenance: the OCI labels of an image, from the typed lock (byte-identical to the dict code path)."""
+"""builder.provenance: the OCI labels of an image, from the typed lock (byte-identical to the dict
+code path)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""builder.verify: labels and in-image files checked against the lock, with an in-memory image (no engine)."""
+"""builder.verify: labels and in-image files checked against the lock, with an in-memory image (no
+engine)."""
 
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ def lock(monkeypatch):
 
 @pytest.fixture
 def image_files():
-    """The patched files a good image holds, keyed by path (``real_lock`` fingerprints these bytes)."""
+    """The patched files a good image holds, keyed by path (``real_lock`` fingerprints these
+    bytes)."""
     return {
         f"{ROOT}/a.py": b"a = 1\n",
         f"{ROOT}/new.py": b"new = 1\n",
