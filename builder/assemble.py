@@ -16,6 +16,7 @@ import io
 import json
 import tarfile
 from dataclasses import dataclass
+from typing import IO
 
 from builder.base import ResolvedBase
 from builder.errors import EngineError
@@ -31,14 +32,20 @@ class Delta:
     env: list[str]
 
 
+def _extract(archive: tarfile.TarFile, name: str) -> IO[bytes]:
+    member = archive.extractfile(name)
+    assert member is not None, name  # docker save writes regular files only
+    return member
+
+
 def read_delta(saved: bytes) -> Delta:
     """Pick the single layer and its config out of ``docker save`` of the delta image."""
     with tarfile.open(fileobj=io.BytesIO(saved)) as archive:
-        manifest = json.load(archive.extractfile("manifest.json"))
+        manifest = json.load(_extract(archive, "manifest.json"))
         if len(manifest) != 1 or len(manifest[0]["Layers"]) != 1:
             raise EngineError("delta image: expected exactly one image with one layer")
-        config = json.load(archive.extractfile(manifest[0]["Config"]))
-        layer = archive.extractfile(manifest[0]["Layers"][0]).read()
+        config = json.load(_extract(archive, manifest[0]["Config"]))
+        layer = _extract(archive, manifest[0]["Layers"][0]).read()
     diff_id = "sha256:" + sha256_bytes(layer)
     if config["rootfs"]["diff_ids"] != [diff_id]:
         raise EngineError(f"delta image: layer digest {diff_id} does not match its config")
@@ -90,7 +97,7 @@ _LAYER_TYPES = {
 }
 
 
-def _json(doc: dict) -> bytes:
+def _json(doc: object) -> bytes:
     return json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode()
 
 

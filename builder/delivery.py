@@ -278,13 +278,14 @@ def publish(
                 f"(image {existing.config_digest}), not {wanted}; a content tag is never "
                 "overwritten"
             )
-        before = {}
+        before: dict[str, str | None] = {}
         for alias in aliases:
             current = remote_image(f"{repository}:{alias}", platform, verb="push")
             before[alias] = current.manifest_digest if current else None
             log.info(f"{repository}:{alias} now {before[alias] or 'absent'}")
     client, _ = client_for(reference)
-    sent, how, no_op = 0, {}, existing is not None
+    how: dict[str, str] = {}
+    sent, no_op = 0, existing is not None
     if no_op:
         log.info(f"{reference} already holds manifest {image.manifest_digest}: nothing to push")
     else:

@@ -324,7 +324,9 @@ class Engine:
                     "a symlink" if member is not None and member.issym() else "not a regular file"
                 )
                 raise EngineError(f"{image}: {path} is {kind}; refusing to read it")
-            return FileEntry(data=archive.extractfile(member).read(), mode=member.mode & 0o7777)
+            data = archive.extractfile(member)
+            assert data is not None  # a regular file (checked above) always has data
+            return FileEntry(data=data.read(), mode=member.mode & 0o7777)
 
     def run(
         self,

@@ -56,7 +56,11 @@ class LockedBase:
         return LockedBase(self.image, self.digest, self.platform)
 
     def to_doc(self) -> dict:
-        doc = {"image": self.image, "digest": self.digest, "platform": self.platform}
+        doc: dict[str, str | None] = {
+            "image": self.image,
+            "digest": self.digest,
+            "platform": self.platform,
+        }
         if self.resolved:
             doc.update(manifest=self.manifest, config=self.config, created=self.created)
         return doc

@@ -12,6 +12,7 @@ NS = "io.m3-image"
 
 def image_labels(lock: Lock, extra: Mapping[str, str]) -> dict[str, str]:
     inputs = lock.inputs
+    assert lock.base.config is not None  # labels are made for a resolved lock only
     upstream = sorted({p.upstream for p in inputs.patches if p.upstream})
     labels = {
         "org.opencontainers.image.base.name": lock.base.image,

@@ -324,7 +324,9 @@ def _load_target(r: _Reader, name: str, doc: Any) -> Target | UnpinnedTarget:
         doc["base"], f"{key}.base", {"image", "digest", "digest_file", "platform"}, {"image"}
     )
     image = r.string(base_doc["image"], f"{key}.base.image", REFERENCE_RE, "image reference")
-    ref_digest = REFERENCE_RE.match(image).group("digest")
+    ref_match = REFERENCE_RE.match(image)
+    assert ref_match is not None  # r.string checked image against REFERENCE_RE
+    ref_digest = ref_match.group("digest")
     if ref_digest:
         raise r.fail(
             f"{key}.base.image", f"{image!r}: give the digest in base.digest, not in the reference"
@@ -418,7 +420,9 @@ def _load_target(r: _Reader, name: str, doc: Any) -> Target | UnpinnedTarget:
     repository = r.string(
         output["repository"], f"{key}.output.repository", REFERENCE_RE, "repository"
     )
-    if REFERENCE_RE.match(repository).group("tag") or "@" in repository:
+    repo_match = REFERENCE_RE.match(repository)
+    assert repo_match is not None  # r.string checked repository against REFERENCE_RE
+    if repo_match.group("tag") or "@" in repository:
         raise r.fail(
             f"{key}.output.repository", f"{repository!r}: give a repository without tag or digest"
         )

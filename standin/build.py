@@ -256,11 +256,11 @@ def _rootfs_tar(cache: Path, log: Log, timings: dict) -> Path:
             "--one-file-system",
             ".",
         ]
-        result = subprocess.run(
+        packed = subprocess.run(
             tar_cmd, capture_output=True, text=True, env={**os.environ, "LC_ALL": "C"}
         )
-        if result.returncode != 0:
-            raise BuilderError(f"packing the stand-in rootfs failed: {_last_line(result.stderr)}")
+        if packed.returncode != 0:
+            raise BuilderError(f"packing the stand-in rootfs failed: {_last_line(packed.stderr)}")
         staging.replace(out)
         _prune_stale(out, f"rootfs-{SUITE}-*.tar", log)
         timings["rootfs_tar_s"] = round(time.monotonic() - start, 1)
@@ -502,6 +502,7 @@ def build_standin_base(
             labels = None
         if labels is not None:
             image_id = engine.image_id(LOCAL_TAG)
+            assert image_id is not None  # labels_of found the tag
             log(f"standin: reusing {LOCAL_TAG} ({image_id[7:19]})")
         else:
             tar_path = _rootfs_tar(cache, log, timings)

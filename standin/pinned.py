@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -80,7 +81,7 @@ def load_reconstruction(provenance: Path = PROVENANCE) -> Reconstruction:
 
 
 def _check_blobs(
-    found: dict[str, bytes | None], want: dict[str, str], where: str, what: str
+    found: Mapping[str, bytes | None], want: dict[str, str], where: str, what: str
 ) -> None:
     for rel, blob in want.items():
         data = found.get(rel)
@@ -107,7 +108,9 @@ def reconstruct(
     for rel in rec.files:
         out = workdir / PATCH_ROOT / rel
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_bytes(files[rel])
+        data = files[rel]
+        assert data is not None  # _check_blobs refused missing files
+        out.write_bytes(data)
     patches = load_series(rec.diff.parent / SERIES.name)
     touched = {
         PurePosixPath(f).relative_to(PATCH_ROOT).as_posix() for p in patches for f in p.files
@@ -146,10 +149,7 @@ def _fingerprint(parent_id: str, rec: Reconstruction) -> str:
 def read_blobs(engine: Engine, image: str, rels: list[str]) -> dict[str, bytes | None]:
     """The files ``rels`` (under vllm/) out of ``image``, through the archive API."""
     entries = engine.read_files(image, [f"{VLLM_ROOT}/{rel}" for rel in rels])
-    return {
-        rel: (entries[f"{VLLM_ROOT}/{rel}"].data if entries[f"{VLLM_ROOT}/{rel}"] else None)
-        for rel in rels
-    }
+    return {rel: (entry.data if (entry := entries[f"{VLLM_ROOT}/{rel}"]) else None) for rel in rels}
 
 
 def check_image(
@@ -177,6 +177,7 @@ def build_pinned_base(
     labels = labels_of(engine, LOCAL_TAG)
     if labels is not None and labels.get(FINGERPRINT_LABEL) == fingerprint:
         image_id = engine.image_id(LOCAL_TAG)
+        assert image_id is not None  # labels_of found the tag
         log(f"standin: reusing {LOCAL_TAG} ({image_id[7:19]})")
     else:
         with tempfile.TemporaryDirectory(prefix="m3-standin-pinned-") as tmp:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from m3_smoke.report import CheckFailed
 
 NATIVE_LINE = "Using native CDNA4 (gfx950) MXFP8 dot_scaled MoE backend."
@@ -157,7 +159,7 @@ def check_swiglu_params(mode: str, device_name: str) -> dict:
         ) from exc
     if qcfg is None:
         raise CheckFailed("no FusedMoEQuantConfig was built on gfx942")
-    got = {k: getattr(qcfg, k, None) for k in M3_SWIGLU}
+    got: dict[str, Any] = {k: getattr(qcfg, k, None) for k in M3_SWIGLU}
     details = {
         "platform": kind,
         "backend": getattr(backend, "value", str(backend)),

@@ -355,7 +355,7 @@ def record_golden(out_path, *, emulate: bool) -> dict:
     prob = numerics.make_problem(numerics.M3)
     if emulate:
         out = numerics.native_mxfp8_emulated(prob)
-        producer = {
+        producer: dict[str, object] = {
             "kind": "cpu-emulation",
             "of": "vllm fused_moe_mxfp8_native (gfx950)",
             "torch": torch.__version__,

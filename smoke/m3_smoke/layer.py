@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import types
+from typing import Any
 
 import torch
 
@@ -44,7 +45,7 @@ def _layer(w13, w13_scale, w2, w2_scale, swiglu: dict):
         return torch.nn.Parameter(t, requires_grad=False)
 
     E, N2, H = w13.shape
-    layer = _Layer()
+    layer: Any = _Layer()  # vLLM's layer attributes, set below
     layer.w13_weight, layer.w13_weight_scale = p(w13), p(w13_scale)
     layer.w2_weight, layer.w2_weight_scale = p(w2), p(w2_scale)
     layer.hidden_size = H
@@ -108,7 +109,7 @@ def kernel_swiglu(method, captured: dict) -> dict:
     qc = captured.get("moe_quant_config", getattr(method, "moe_quant_config", None))
     if experts is not None and hasattr(experts, "gemm1_alpha"):
         src = "experts"
-        vals = (experts.gemm1_alpha, experts.gemm1_beta, experts.gemm1_clamp_limit)
+        vals: tuple[Any, ...] = (experts.gemm1_alpha, experts.gemm1_beta, experts.gemm1_clamp_limit)
     else:
         src = "quant_config"
         vals = tuple(getattr(qc, k, None) for k in SWIGLU_KEYS)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+from typing import Any
 
 # Keep vLLM quiet and offline for the suite.
 os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")
@@ -12,7 +13,7 @@ os.environ.setdefault("DO_NOT_TRACK", "1")
 
 import torch  # noqa: E402
 
-ARCHES = {
+ARCHES: dict[str, dict[str, Any]] = {
     # MI300X / MI325X: FNUZ FP8, no MX support
     "gfx942": {"supports_mx": False, "fnuz": True, "cap": (9, 4)},
     # MI355X: OCP FP8, native MX
