@@ -54,7 +54,7 @@ def test_engine_flow(engine_under_test, project, standin_base):
     lock = project.lock()
     inspected = engine.inspect(image_id)
     base_labels = engine.inspect(standin_base.reference)["Config"].get("Labels") or {}
-    expected = {**base_labels, **image_labels(lock, lock["inputs"].get("labels") or {})}
+    expected = {**base_labels, **image_labels(lock, dict(lock.inputs.labels))}
     assert (inspected["Config"].get("Labels") or {}) == expected
 
     pushed = ok(builder_cli(project, "push", "--target", "standin", env=env))
@@ -126,7 +126,7 @@ def test_apptainer_pulls_by_digest_and_the_patched_file_matches(project):
 
     assert RESULTS, "no engine pushed"
     manifest = RESULTS[MATRIX[0]]["manifest"]
-    lock = project.lock()
+    lock = project.lock().to_doc()
     rel, fingerprint = next(
         (rel, fp)
         for rel, fp in sorted(lock["files"].items())

@@ -80,7 +80,7 @@ def project(tmp_path_factory, registry, standin_base, pinned_base) -> Path:
 def locked(project) -> dict:
     result = builder(project, "lock", "--target", TARGET)
     assert result.returncode == 0, result.stderr
-    return read_lock(project / "locks" / f"{TARGET}.lock.yaml")
+    return read_lock(project / "locks" / f"{TARGET}.lock.yaml").to_doc()
 
 
 @pytest.fixture(scope="module")
