@@ -20,6 +20,7 @@ import builder
 from builder.dockerfile import render_delta_dockerfile
 from builder.errors import PatchError
 from builder.inputs import SMOKE_DIR, Inputs, smoke_files
+from builder.table_names import device_of
 from builder.tree import PatchedTree
 
 INSTALL_DIR = PurePosixPath("/opt/m3-image")
@@ -53,9 +54,16 @@ def _place(delta: Path, image_path: PurePosixPath, data: bytes, executable: bool
 def smoke_manifest(inputs: Inputs, tree: PatchedTree) -> dict:
     target = inputs.target
     tables = []
+    devices = [DEVICE_NAME]
     for table in inputs.tables:
         m = _TABLE_RE.match(table.name)
-        tables.append({"file": table.name, "sha256": table.sha256,
+        # a copy installed for another device of the family (spec: tables_also_for) is checked
+        # under that device's name; every other table under the target's device
+        device = device_of(table.name) if table.name != table.source.name else None
+        device = device or DEVICE_NAME
+        if device not in devices:
+            devices.append(device)
+        tables.append({"file": table.name, "sha256": table.sha256, "device_name": device,
                        "E": int(m.group(1)) if m else None, "N": int(m.group(2)) if m else None})
     goldens = sorted(p for p in (SMOKE_DIR / "golden").glob("*") if p.is_file()) if (SMOKE_DIR / "golden").is_dir() else []
     return {
@@ -65,6 +73,7 @@ def smoke_manifest(inputs: Inputs, tree: PatchedTree) -> dict:
         "patched_files": {rel: fp.as_dict() for rel, fp in sorted(tree.post.items()) if fp is not None},
         "tables": tables,
         "device_name": DEVICE_NAME,
+        "device_names": devices,
         "golden": str(SMOKE_INSTALL / "golden" / goldens[0].name) if goldens else None,
         "thresholds": {},
     }

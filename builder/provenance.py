@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from builder.lock import content_digest, content_tag
+from builder.table_names import device_of
 
 NS = "io.m3-image"
 
@@ -31,4 +32,13 @@ def image_labels(lock: dict, extra: dict[str, str]) -> dict[str, str]:
                                     for t in inputs["tables"]], separators=(",", ":")),
         f"{NS}.upstream-prs": ", ".join(upstream),
     }
+    copies = [t for t in inputs["tables"]
+              if t["installs_as"].rsplit("/", 1)[-1] != t["file"].rsplit("/", 1)[-1]]
+    if copies:
+        # tables installed for another device of the family (spec: tables_also_for)
+        labels[f"{NS}.tables.copies"] = json.dumps(
+            [{"file": t["installs_as"].rsplit("/", 1)[-1], "sha256": t["sha256"],
+              "copy_of": t["file"].rsplit("/", 1)[-1],
+              "measured_on": device_of(t["file"].rsplit("/", 1)[-1]) or "unknown"} for t in copies],
+            separators=(",", ":"))
     return {**labels, **extra}

@@ -89,7 +89,14 @@ def validate_manifest(data: Any) -> dict:
         for k in ("E", "N"):
             if _expect(t, k, int, f"{p}.{k}") <= 0:
                 _fail(f"{p}.{k}", "must be positive")
-    _expect(data, "device_name", str, "device_name")
+        if "device_name" in t and not _expect(t, "device_name", str, f"{p}.device_name"):
+            _fail(f"{p}.device_name", "empty")
+    device = _expect(data, "device_name", str, "device_name")
+    devices = data.get("device_names", [device])
+    if not isinstance(devices, list) or not devices or not all(isinstance(d, str) and d for d in devices):
+        _fail("device_names", "expected a non-empty list of device names")
+    if devices[0] != device:
+        _fail("device_names", f"must start with device_name {device!r}")
     golden = _expect(data, "golden", str, "golden")
     if not golden:
         _fail("golden", "empty")
@@ -111,6 +118,8 @@ def validate_manifest(data: Any) -> dict:
     ):
         _fail("required_tables", "expected a list of [E, N] integer pairs")
     out["required_tables"] = [tuple(x) for x in req]
+    out["device_names"] = list(devices)
+    out["tables"] = [{**t, "device_name": t.get("device_name", device)} for t in tables]
     return out
 
 
@@ -135,10 +144,14 @@ def build_manifest(
     *,
     device_name: str = "AMD_Instinct_MI300X",
     thresholds: dict | None = None,
+    table_devices: dict[str, str] | None = None,
 ) -> dict:
     """Fingerprint an installed tree the way the builder does (used by the tests
     and by hand on a host tree). Paths are relative to ``vllm_root``; tables are
-    file names in ``model_executor/layers/fused_moe/configs/``."""
+    file names in ``model_executor/layers/fused_moe/configs/``; ``table_devices``
+    names the device a table is installed for when it is not ``device_name``
+    (a copy for another device of the family)."""
+    table_devices = table_devices or {}
     import hashlib
 
     root = Path(vllm_root)
@@ -155,14 +168,17 @@ def build_manifest(
         data = (root / "model_executor/layers/fused_moe/configs" / name).read_bytes()
         fields = dict(part.split("=", 1) for part in name[: -len(".json")].split(",") if "=" in part)
         tables.append(
-            {"file": name, "sha256": hashlib.sha256(data).hexdigest(), "E": int(fields["E"]), "N": int(fields["N"])}
+            {"file": name, "sha256": hashlib.sha256(data).hexdigest(), "E": int(fields["E"]), "N": int(fields["N"]),
+             "device_name": table_devices.get(name, device_name)}
         )
+    devices = [device_name] + sorted({d for d in table_devices.values() if d != device_name})
     return {
         "schema": SCHEMA_VERSION,
         "vllm_root": str(root),
         "patched_files": pf,
         "tables": tables,
         "device_name": device_name,
+        "device_names": devices,
         "golden": str(golden),
         "thresholds": dict(thresholds or {}),
     }

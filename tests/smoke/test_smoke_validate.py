@@ -47,7 +47,8 @@ def _manifest_for(files: dict[str, bytes], tree, tmp: Path) -> bytes:
             out = root / path[len(IMAGE_VLLM) + 1:]
             out.parent.mkdir(parents=True, exist_ok=True)
             out.write_bytes(data)
-    m = build_manifest(root, tree.patched, tree.tables, f"/opt/m3-image/smoke/golden/{GOLDEN.name}")
+    m = build_manifest(root, tree.patched, tree.tables, f"/opt/m3-image/smoke/golden/{GOLDEN.name}",
+                       table_devices=tree.table_devices)
     m["vllm_root"] = IMAGE_VLLM
     return json.dumps(m, indent=1).encode()
 
