@@ -9,7 +9,7 @@ import sys
 from builder.errors import BuilderError
 from builder.log import StepLog
 
-COMMANDS = ["lock", "image", "pin", "validate", "standin", "push", "resolve", "verify"]
+COMMANDS = ["lock", "image", "pin", "validate", "standin", "push", "resolve", "verify", "matrix"]
 
 
 def _modules():

@@ -32,3 +32,21 @@ def retarget(table_name: str, device: str) -> str:
     if device_of(table_name) is None:
         raise ValueError(f"{table_name!r} has no device_name= field")
     return _FIELD_RE.sub(lambda m: f"{m.group(1)}device_name={device}", table_name, count=1)
+
+
+def spec_table_names(spec_file) -> list[str]:
+    """Every lookup name any target of ``spec_file`` installs (its tables, and their copies for
+    ``tables_also_for``), without validating the rest of the spec (unpinned targets included)."""
+    from pathlib import Path, PurePosixPath
+
+    import yaml
+
+    try:
+        doc = yaml.safe_load(Path(spec_file).read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise ValueError(f"{spec_file}: cannot read the spec ({getattr(exc, 'strerror', None) or exc})") from None
+    names: list[str] = []
+    for target in ((doc or {}).get("targets") or {}).values():
+        tables = [PurePosixPath(str(t)).name for t in (target or {}).get("tables") or []]
+        names += tables + [retarget(t, d) for d in (target or {}).get("tables_also_for") or [] for t in tables]
+    return list(dict.fromkeys(names))
