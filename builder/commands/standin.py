@@ -23,11 +23,18 @@ def run(args, log) -> int:
     if args.target not in spec.targets:
         raise SpecError(f"{spec.file}: targets: no target {args.target!r}")
     target = spec.targets[args.target]
-    engine = Engine.connect()
-    with log.step("build the stand-in base (debootstrap + torch CPU + vLLM 0.24.0 sources)"):
-        base = build_standin_base(engine.client, BUILD_DIR / "cache", registry=args.registry, log=log.info)
     pin = target.digest_file if isinstance(target, UnpinnedTarget) else target.base.digest_file
     image = target.image if isinstance(target, UnpinnedTarget) else target.base.image
+    # the stand-in base's tag names its vLLM release: standin-base:vllm-0.30.0
+    tag = image.rsplit(":", 1)[-1] if ":" in image.rsplit("/", 1)[-1] else ""
+    if not tag.startswith("vllm-"):
+        raise SpecError(f"{spec.file}: targets.{args.target}.base.image: {image!r} does not name a stand-in "
+                        "release (expected a tag vllm-<version>)")
+    version = tag.removeprefix("vllm-")
+    engine = Engine.connect()
+    with log.step(f"build the stand-in base (debootstrap + torch CPU + vLLM {version} sources)"):
+        base = build_standin_base(engine.client, BUILD_DIR / "cache", registry=args.registry, log=log.info,
+                                  version=version)
     if pin is None:
         raise SpecError(f"{spec.file}: targets.{args.target}.base: the stand-in target needs a digest_file to pin")
     if not image.startswith(base.repository):

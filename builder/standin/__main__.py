@@ -10,6 +10,7 @@ import docker
 
 from builder.errors import BuilderError
 from builder.standin.build import build_standin_base
+from builder.standin.vllm_sources import VLLM_VERSION
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -19,6 +20,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--registry", default="127.0.0.1:5000",
                         help="registry to push to (default: 127.0.0.1:5000)")
     parser.add_argument("--quiet", action="store_true", help="print only the reference")
+    parser.add_argument("--vllm-version", default=VLLM_VERSION,
+                        help=f"the vLLM release whose sources it carries (default: {VLLM_VERSION})")
     args = parser.parse_args(argv)
 
     def log(line: str) -> None:
@@ -26,7 +29,8 @@ def main(argv: list[str] | None = None) -> int:
             print(line, file=sys.stderr, flush=True)
 
     try:
-        base = build_standin_base(docker.from_env(), args.cache_dir, registry=args.registry, log=log)
+        base = build_standin_base(docker.from_env(), args.cache_dir, registry=args.registry, log=log,
+                                  version=args.vllm_version)
     except BuilderError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

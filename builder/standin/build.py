@@ -46,11 +46,16 @@ import requests.exceptions
 from builder.dockerfile import render_template
 from builder.engine import Engine
 from builder.errors import BuilderError, EngineError, RegistryError
-from builder.standin.vllm_sources import VLLM_VERSION, WHEEL_SHA256, fetch_wheel, vllm_site
+from builder.standin.vllm_sources import VLLM_VERSION, WHEEL_SHA256, fetch_wheel, pinned, vllm_site
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE_PATH = REPO_ROOT / "dockerfiles" / "standin-base.Dockerfile.j2"
 REQUIREMENTS_PATH = REPO_ROOT / "requirements" / "vllm-runtime.txt"
+
+
+def extra_requirements(version: str) -> Path:
+    """What a non-default release needs beyond the shared site (requirements/vllm-runtime-<v>.txt)."""
+    return REPO_ROOT / "requirements" / f"vllm-runtime-{version}.txt"
 
 SUITE = "bookworm"
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
@@ -108,8 +113,17 @@ def _site_fingerprint() -> str:
                     "vllm_wheel": WHEEL_SHA256, "layout": 2})
 
 
-def _image_fingerprint(rootfs_fp: str, site_fp: str) -> str:
-    return _digest({"rootfs": rootfs_fp, "site": site_fp, "template": TEMPLATE_PATH.read_text()})
+def _image_fingerprint(rootfs_fp: str, site_fp: str, extra_fp: str | None = None) -> str:
+    inputs = {"rootfs": rootfs_fp, "site": site_fp, "template": TEMPLATE_PATH.read_text()}
+    if extra_fp is not None:            # releases other than the default: their own layer on top
+        inputs["extra"] = extra_fp
+    return _digest(inputs)
+
+
+def _extra_fingerprint(version: str) -> str:
+    return _digest({"version": version, "wheel": pinned(version)[1], "python": PYTHON_TAG,
+                    "platforms": WHEEL_PLATFORMS, "requirements": extra_requirements(version).read_text(),
+                    "layout": 1})
 
 
 # --------------------------------------------------------------------------- helpers
@@ -249,11 +263,11 @@ def _import_rootfs(client: docker.DockerClient, tar_path: Path, log: Log) -> str
 
 # --------------------------------------------------------------------------- stage 2: site
 
-def _extract_dist_info(cache_root: Path, target: Path) -> None:
+def _extract_dist_info(cache_root: Path, target: Path, version: str = VLLM_VERSION) -> None:
     """vLLM's ``.dist-info`` from the pinned wheel: the real image has vLLM pip-installed, and
     vLLM reads its own version through importlib.metadata (platform detection)."""
-    prefix = f"vllm-{VLLM_VERSION}.dist-info/"
-    wheel = fetch_wheel(cache_root / f"vllm-{VLLM_VERSION}")
+    prefix = f"vllm-{version}.dist-info/"
+    wheel = fetch_wheel(cache_root, version)
     with zipfile.ZipFile(wheel) as archive:
         members = [m for m in archive.namelist() if m.startswith(prefix) and not m.endswith("/")]
         if not members:
@@ -293,6 +307,37 @@ def _site_dir(cache_dir: Path, cache: Path, log: Log, timings: dict) -> Path:
         shutil.rmtree(staging, ignore_errors=True)
     timings["site_s"] = round(time.monotonic() - start, 1)
     log(f"standin: site folder {site} ready in {timings['site_s']}s")
+    return site
+
+
+def _extra_site_dir(cache_dir: Path, cache: Path, version: str, log: Log, timings: dict) -> Path:
+    """``<cache>/site-extra-<version>-<fp>/``: what release ``version`` imports beyond the shared
+    site (pip --no-deps, the complete list is in its requirements file) + its own dist-info.
+    It becomes one layer on top of the shared site's, which is reused unchanged."""
+    site = cache / f"site-extra-{version}-{_extra_fingerprint(version)[:12]}"
+    if site.is_dir():
+        log(f"standin: reusing {site}")
+        return site
+    start = time.monotonic()
+    staging = Path(tempfile.mkdtemp(dir=cache, prefix=".site-extra-"))
+    try:
+        target = staging / "site"
+        platforms = [arg for platform in WHEEL_PLATFORMS for arg in ("--platform", platform)]
+        cmd = [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+               "--no-compile", "--no-warn-script-location", "--only-binary=:all:", "--no-deps",
+               "--python-version", PYTHON_TAG, "--implementation", "cp", *platforms,
+               "--target", str(target), "-r", str(extra_requirements(version))]
+        log(f"standin: pip install --target --no-deps ({extra_requirements(version).name})")
+        result = subprocess.run(cmd, capture_output=True, text=True)
+        if result.returncode != 0:
+            raise BuilderError(f"pip install of {extra_requirements(version).name} failed: {_last_line(result.stderr)}")
+        shutil.rmtree(target / "bin", ignore_errors=True)
+        _extract_dist_info(cache_dir, target, version)
+        target.replace(site)
+        _prune_stale(site, f"site-extra-{version}-*", log)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    timings["extra_site_s"] = round(time.monotonic() - start, 1)
     return site
 
 
@@ -349,13 +394,19 @@ def render_dockerfile(**values: str) -> str:
 
 
 def _build_image(engine: Engine, rootfs_image: str, site: Path, vllm_tree: Path,
-                 fingerprint: str, cache: Path, log: Log) -> str:
+                 fingerprint: str, cache: Path, log: Log, version: str = VLLM_VERSION,
+                 extra_site: Path | None = None) -> str:
+    local_tag = local_tag_for(version)
     dockerfile = render_dockerfile(rootfs_image=rootfs_image, site_packages=SITE_PACKAGES,
-                                   python=PYTHON, vllm_version=VLLM_VERSION, suite=SUITE,
-                                   fingerprint_label=FINGERPRINT_LABEL, fingerprint=fingerprint)
+                                   python=PYTHON, vllm_version=version, suite=SUITE,
+                                   fingerprint_label=FINGERPRINT_LABEL, fingerprint=fingerprint,
+                                   extra_site=extra_site is not None, shared_version=VLLM_VERSION)
+    trees = {"site": site, "vllm": vllm_tree}
+    if extra_site is not None:
+        trees["site-extra"] = extra_site
     with tempfile.TemporaryFile(dir=cache, prefix=".context-") as context:
-        _write_context(context, dockerfile, {"site": site, "vllm": vllm_tree})
-        log(f"standin: build context {context.tell() / 2**20:.0f} MiB; building {LOCAL_TAG}")
+        _write_context(context, dockerfile, trees)
+        log(f"standin: build context {context.tell() / 2**20:.0f} MiB; building {local_tag}")
         context.seek(0)
 
         def show_steps(line: str) -> None:
@@ -363,7 +414,11 @@ def _build_image(engine: Engine, rootfs_image: str, site: Path, vllm_tree: Path,
                 log(f"standin:   {line}")
 
         # network_mode none: the build is hermetic, nothing is fetched
-        return engine.build(context, "Dockerfile", LOCAL_TAG, show_steps, network_mode="none")
+        return engine.build(context, "Dockerfile", local_tag, show_steps, network_mode="none")
+
+
+def local_tag_for(version: str) -> str:
+    return f"{LOCAL_REPOSITORY}:vllm-{version}"
 
 
 # --------------------------------------------------------------------------- push
@@ -384,10 +439,10 @@ def _check_registry(registry: str) -> None:
                             f"scripts/start-registry.sh") from exc
 
 
-def _push(engine: Engine, image_id: str, repository: str, log: Log) -> str:
+def _push(engine: Engine, image_id: str, repository: str, log: Log, tag: str = TAG) -> str:
     """Tag and push; returns the manifest digest (errors inside the push stream raise)."""
-    engine.tag(image_id, repository, TAG)
-    digest = engine.push(repository, TAG)
+    engine.tag(image_id, repository, tag)
+    digest = engine.push(repository, tag)
     log(f"standin: pushed {repository}@{digest}")
     return digest
 
@@ -395,8 +450,10 @@ def _push(engine: Engine, image_id: str, repository: str, log: Log) -> str:
 # --------------------------------------------------------------------------- entry point
 
 def build_standin_base(client: docker.DockerClient, cache_dir: Path, registry: str = "127.0.0.1:5000",
-                       log: Log = print) -> StandinBase:
-    """Build (or reuse) ``m3-image/standin-base:vllm-0.24.0`` and push it to ``registry``.
+                       log: Log = print, version: str = VLLM_VERSION) -> StandinBase:
+    """Build (or reuse) ``m3-image/standin-base:vllm-<version>`` (0.24.0 by default) and push it
+    to ``registry``. Another release reuses the default's rootfs and site layers and adds one
+    layer of its own extra packages (``requirements/vllm-runtime-<version>.txt``) and its tree.
 
     ``cache_dir`` is the build cache root (``build/cache``): the vLLM wheel lives under it
     as ``vllm_site`` lays it out, and the rootfs tar and the site folder under
@@ -414,30 +471,35 @@ def build_standin_base(client: docker.DockerClient, cache_dir: Path, registry: s
         raise EngineError(f"Docker engine unreachable at {client.api.base_url} ({type(exc).__name__}): "
                           "start it with scripts/start-dockerd.sh") from None
     _check_registry(registry)
+    pinned(version)                     # an unknown release fails before any work
+    local_tag, tag = local_tag_for(version), f"vllm-{version}"
+    default = version == VLLM_VERSION
     with _locked(cache / ".lock"):
         rootfs_fp, site_fp = _rootfs_fingerprint(), _site_fingerprint()
-        fingerprint = _image_fingerprint(rootfs_fp, site_fp)
+        fingerprint = _image_fingerprint(rootfs_fp, site_fp, None if default else _extra_fingerprint(version))
         image = None
         with contextlib.suppress(docker.errors.ImageNotFound):
-            image = client.images.get(LOCAL_TAG)
+            image = client.images.get(local_tag)
         if image is not None and image.labels.get(FINGERPRINT_LABEL) != fingerprint:
-            log(f"standin: {LOCAL_TAG} exists but was built from other inputs; rebuilding")
+            log(f"standin: {local_tag} exists but was built from other inputs; rebuilding")
             image = None
         if image is not None:
-            log(f"standin: reusing {LOCAL_TAG} ({image.short_id})")
+            log(f"standin: reusing {local_tag} ({image.short_id})")
         else:
             tar_path = _rootfs_tar(cache, log, timings)
             rootfs_image = _import_rootfs(client, tar_path, log)
             site = _site_dir(cache_dir, cache, log, timings)
-            vllm_tree = vllm_site(cache_dir) / "vllm"
+            extra = None if default else _extra_site_dir(cache_dir, cache, version, log, timings)
+            vllm_tree = vllm_site(cache_dir, version) / "vllm"
             start = time.monotonic()
-            image_id = _build_image(engine, rootfs_image, site, vllm_tree, fingerprint, cache, log)
+            image_id = _build_image(engine, rootfs_image, site, vllm_tree, fingerprint, cache, log,
+                                    version=version, extra_site=extra)
             timings["image_build_s"] = round(time.monotonic() - start, 1)
             image = client.images.get(image_id)
         start = time.monotonic()
-        digest = _push(engine, image.id, repository, log)
+        digest = _push(engine, image.id, repository, log, tag)
         timings["push_s"] = round(time.monotonic() - start, 1)
     size = int(image.attrs.get("Size") or 0)
-    return StandinBase(local_tag=LOCAL_TAG, repository=repository, digest=digest,
+    return StandinBase(local_tag=local_tag, repository=repository, digest=digest,
                        reference=f"{repository}@{digest}", image_id=image.id, size=size,
                        timings=timings)
