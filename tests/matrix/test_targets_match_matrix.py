@@ -21,6 +21,7 @@ def test_committed_matrix_covers_every_release_from_0_24_to_0_34():
 
 
 @pytest.mark.parametrize("name, version", [("mi300x-v0-30", "0.30.0"), ("mi300x-v0-34", "0.34.0"),
+                                           ("standin-v0-30", "0.30.0"), ("standin-v0-34", "0.34.0"),
                                            ("standin", "0.24.0")])
 def test_target_series_applies_and_expect_matches_the_release(name, version):
     target, release = TARGETS[name], MATRIX[version]
