@@ -56,10 +56,10 @@ verify: venv         ## check IMAGE=ref against the target's lock before using i
 	$(BUILDER) verify $(TARGET_ARG) $(IMAGE)
 
 VERSIONS ?= 0.24.0..0.34.0
-SERIES   ?= patches/series patches/series.v0.30.0 patches/series.v0.34.0
+SERIES   ?= patches/series patches/series.v0.30.0 patches/series.v0.34.0 patches/series.pinned-4a560dd
 MATRIX   ?= docs/compat-matrix.md
 matrix: venv         ## compatibility matrix: SERIES over the vLLM releases VERSIONS (PyPI), written to MATRIX
-	$(BUILDER) matrix $(VERSIONS) $(foreach s,$(SERIES),--series $(s)) --output $(MATRIX)
+	$(BUILDER) matrix $(VERSIONS) $(foreach s,$(SERIES),--series $(s)) --output $(MATRIX) --json $(MATRIX:.md=.json)
 
 bench-matrix: venv   ## seconds to compute the matrix for 11 releases, cold and warm wheel cache
 	$(PY) bench/bench_matrix.py

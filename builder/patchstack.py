@@ -156,6 +156,8 @@ def file_sections(patch: Patch) -> list[tuple[str, str]]:
             sections[-1].append(line)
         elif pending and line.startswith(_GIT_EXTENDED):
             pending.append(line)
+        elif line.startswith("\\") and sections:     # "\ No newline at end of file" after a hunk
+            sections[-1].append(line)
         # anything else outside a hunk (the description, a mail signature) belongs to no file
     out = []
     for lines in sections:

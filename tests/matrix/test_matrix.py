@@ -145,3 +145,33 @@ def test_cli_unknown_version_and_bad_hash_are_one_line(cli_project, tmp_path):
     assert line.startswith("error: vllm-1.0.0-cp38-abi3-manylinux_2_28_x86_64.whl: sha256 ") and \
         line.endswith(f"does not match PyPI's {'0' * 64}; nothing was cached")
     assert [p for p in (proj / "cache").rglob("*") if p.is_file()] == []
+
+
+def test_file_sections_keep_no_newline_markers_and_git_headers(tmp_path):
+    from builder.patchstack import file_sections
+
+    p = tmp_path / "p"
+    (p / "patches").mkdir(parents=True)
+    text = ("Subject: x\n\n---\n a | 1 +\n\n"
+            "diff --git a/vllm/a.py b/vllm/a.py\nindex 1111111..2222222 100644\n"
+            "--- a/vllm/a.py\n+++ b/vllm/a.py\n@@ -1 +1 @@\n-x = 1\n\\ No newline at end of file\n+x = 2\n"
+            "\\ No newline at end of file\n"
+            "diff --git a/vllm/b.py b/vllm/b.py\nnew file mode 100644\n--- /dev/null\n+++ b/vllm/b.py\n"
+            "@@ -0,0 +1 @@\n+-- y\n-- \n2.39.0\n")
+    (p / "patches" / "0001.patch").write_text(text)
+    (p / "patches" / "series").write_text("0001.patch\n")
+    [patch] = load_series(p / "patches" / "series")
+    sections = file_sections(patch)
+    assert [rel for rel, _ in sections] == ["vllm/a.py", "vllm/b.py"]
+    assert sections[0][1] == ("diff --git a/vllm/a.py b/vllm/a.py\nindex 1111111..2222222 100644\n--- a/vllm/a.py\n"
+                              "+++ b/vllm/a.py\n@@ -1 +1 @@\n-x = 1\n\\ No newline at end of file\n+x = 2\n"
+                              "\\ No newline at end of file\n")
+    assert sections[1][1] == ("diff --git a/vllm/b.py b/vllm/b.py\nnew file mode 100644\n--- /dev/null\n"
+                              "+++ b/vllm/b.py\n@@ -0,0 +1 @@\n+-- y\n")
+    tree = tmp_path / "t"
+    (tree / "vllm").mkdir(parents=True)
+    (tree / "vllm" / "a.py").write_text("x = 1")
+    for i, (_, part) in enumerate(sections):
+        (tmp_path / f"s{i}").write_text(part)
+    from builder.patchstack import dry_run
+    assert [dry_run(tmp_path / f"s{i}", tree).result for i in range(2)] == ["applies", "applies"]
