@@ -38,7 +38,7 @@ def test_check_passes_for_the_ported_stack_and_fails_for_the_older_one():
     assert res.returncode == 2
     assert res.stderr.splitlines()[-1] == (
         "error: 1 conflict(s); first: vllm==0.34.0: patches/series.v0.30.0: "
-        "0005-v0.30-mxfp8-oracle-triton-block-fp8-on-fnuz.patch: vllm/model_executor/layers/fused_moe/oracle/mxfp8.py: "
+        "0005-v0-30-mxfp8-oracle-triton-block-fp8-on-fnuz.patch: vllm/model_executor/layers/fused_moe/oracle/mxfp8.py: "
         "hunk #1 at line 12, #2 at line 128 does not apply at zero fuzz")
 
 
