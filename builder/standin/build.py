@@ -50,6 +50,7 @@ from builder.standin.vllm_sources import VLLM_VERSION, WHEEL_SHA256, fetch_wheel
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE_PATH = REPO_ROOT / "dockerfiles" / "standin-base.Dockerfile.j2"
+RELEASE_TEMPLATE_PATH = REPO_ROOT / "dockerfiles" / "standin-release.Dockerfile.j2"
 REQUIREMENTS_PATH = REPO_ROOT / "requirements" / "vllm-runtime.txt"
 
 
@@ -113,11 +114,14 @@ def _site_fingerprint() -> str:
                     "vllm_wheel": WHEEL_SHA256, "layout": 2})
 
 
-def _image_fingerprint(rootfs_fp: str, site_fp: str, extra_fp: str | None = None) -> str:
-    inputs = {"rootfs": rootfs_fp, "site": site_fp, "template": TEMPLATE_PATH.read_text()}
-    if extra_fp is not None:            # releases other than the default: their own layer on top
-        inputs["extra"] = extra_fp
-    return _digest(inputs)
+def _image_fingerprint(rootfs_fp: str, site_fp: str) -> str:
+    return _digest({"rootfs": rootfs_fp, "site": site_fp, "template": TEMPLATE_PATH.read_text()})
+
+
+def _release_fingerprint(default_fp: str, version: str) -> str:
+    """Another release's stand-in: the default base's inputs, its own extras, its template."""
+    return _digest({"default": default_fp, "extra": _extra_fingerprint(version),
+                    "template": RELEASE_TEMPLATE_PATH.read_text()})
 
 
 def _extra_fingerprint(version: str) -> str:
@@ -394,16 +398,23 @@ def render_dockerfile(**values: str) -> str:
 
 
 def _build_image(engine: Engine, rootfs_image: str, site: Path, vllm_tree: Path,
-                 fingerprint: str, cache: Path, log: Log, version: str = VLLM_VERSION,
-                 extra_site: Path | None = None) -> str:
-    local_tag = local_tag_for(version)
+                 fingerprint: str, cache: Path, log: Log) -> str:
     dockerfile = render_dockerfile(rootfs_image=rootfs_image, site_packages=SITE_PACKAGES,
-                                   python=PYTHON, vllm_version=version, suite=SUITE,
-                                   fingerprint_label=FINGERPRINT_LABEL, fingerprint=fingerprint,
-                                   extra_site=extra_site is not None, shared_version=VLLM_VERSION)
-    trees = {"site": site, "vllm": vllm_tree}
-    if extra_site is not None:
-        trees["site-extra"] = extra_site
+                                   python=PYTHON, vllm_version=VLLM_VERSION, suite=SUITE,
+                                   fingerprint_label=FINGERPRINT_LABEL, fingerprint=fingerprint)
+    return _build(engine, dockerfile, {"site": site, "vllm": vllm_tree}, LOCAL_TAG, cache, log)
+
+
+def _build_release_image(engine: Engine, default_base: str, version: str, extra_site: Path, vllm_tree: Path,
+                         fingerprint: str, cache: Path, log: Log) -> str:
+    dockerfile = render_template(RELEASE_TEMPLATE_PATH.name, default_base=default_base, site_packages=SITE_PACKAGES,
+                                 python=PYTHON, vllm_version=version, shared_version=VLLM_VERSION, suite=SUITE,
+                                 fingerprint_label=FINGERPRINT_LABEL, fingerprint=fingerprint)
+    return _build(engine, dockerfile, {"site-extra": extra_site, "vllm": vllm_tree}, local_tag_for(version),
+                  cache, log)
+
+
+def _build(engine: Engine, dockerfile: str, trees: dict[str, Path], local_tag: str, cache: Path, log: Log) -> str:
     with tempfile.TemporaryFile(dir=cache, prefix=".context-") as context:
         _write_context(context, dockerfile, trees)
         log(f"standin: build context {context.tell() / 2**20:.0f} MiB; building {local_tag}")
@@ -452,13 +463,17 @@ def _push(engine: Engine, image_id: str, repository: str, log: Log, tag: str = T
 def build_standin_base(client: docker.DockerClient, cache_dir: Path, registry: str = "127.0.0.1:5000",
                        log: Log = print, version: str = VLLM_VERSION) -> StandinBase:
     """Build (or reuse) ``m3-image/standin-base:vllm-<version>`` (0.24.0 by default) and push it
-    to ``registry``. Another release reuses the default's rootfs and site layers and adds one
-    layer of its own extra packages (``requirements/vllm-runtime-<version>.txt``) and its tree.
+    to ``registry``. Another release is built on top of the default base, which it reuses whole:
+    its extra packages (``requirements/vllm-runtime-<version>.txt``) and its own vLLM tree.
 
     ``cache_dir`` is the build cache root (``build/cache``): the vLLM wheel lives under it
     as ``vllm_site`` lays it out, and the rootfs tar and the site folder under
     ``<cache_dir>/standin/``. Raises :class:`BuilderError` (one line) on any failure.
     """
+    pinned(version)                     # an unknown release fails before any work
+    if version != VLLM_VERSION:
+        default = build_standin_base(client, cache_dir, registry, log)
+        return _build_release(client, Path(cache_dir), registry, log, version, default)
     cache_dir = Path(cache_dir)
     cache = cache_dir / "standin"
     cache.mkdir(parents=True, exist_ok=True)
@@ -471,12 +486,45 @@ def build_standin_base(client: docker.DockerClient, cache_dir: Path, registry: s
         raise EngineError(f"Docker engine unreachable at {client.api.base_url} ({type(exc).__name__}): "
                           "start it with scripts/start-dockerd.sh") from None
     _check_registry(registry)
-    pinned(version)                     # an unknown release fails before any work
-    local_tag, tag = local_tag_for(version), f"vllm-{version}"
-    default = version == VLLM_VERSION
     with _locked(cache / ".lock"):
         rootfs_fp, site_fp = _rootfs_fingerprint(), _site_fingerprint()
-        fingerprint = _image_fingerprint(rootfs_fp, site_fp, None if default else _extra_fingerprint(version))
+        fingerprint = _image_fingerprint(rootfs_fp, site_fp)
+        image = None
+        with contextlib.suppress(docker.errors.ImageNotFound):
+            image = client.images.get(LOCAL_TAG)
+        if image is not None and image.labels.get(FINGERPRINT_LABEL) != fingerprint:
+            log(f"standin: {LOCAL_TAG} exists but was built from other inputs; rebuilding")
+            image = None
+        if image is not None:
+            log(f"standin: reusing {LOCAL_TAG} ({image.short_id})")
+        else:
+            tar_path = _rootfs_tar(cache, log, timings)
+            rootfs_image = _import_rootfs(client, tar_path, log)
+            site = _site_dir(cache_dir, cache, log, timings)
+            vllm_tree = vllm_site(cache_dir) / "vllm"
+            start = time.monotonic()
+            image_id = _build_image(engine, rootfs_image, site, vllm_tree, fingerprint, cache, log)
+            timings["image_build_s"] = round(time.monotonic() - start, 1)
+            image = client.images.get(image_id)
+        start = time.monotonic()
+        digest = _push(engine, image.id, repository, log)
+        timings["push_s"] = round(time.monotonic() - start, 1)
+    size = int(image.attrs.get("Size") or 0)
+    return StandinBase(local_tag=LOCAL_TAG, repository=repository, digest=digest,
+                       reference=f"{repository}@{digest}", image_id=image.id, size=size,
+                       timings=timings)
+
+
+def _build_release(client: docker.DockerClient, cache_dir: Path, registry: str, log: Log, version: str,
+                   default: StandinBase) -> StandinBase:
+    """``m3-image/standin-base:vllm-<version>`` on top of the default base (by digest)."""
+    cache = cache_dir / "standin"
+    timings: dict = {}
+    local_tag, tag = local_tag_for(version), f"vllm-{version}"
+    engine = Engine(client)
+    default_fp = client.images.get(default.image_id).labels.get(FINGERPRINT_LABEL, "")
+    with _locked(cache / ".lock"):
+        fingerprint = _release_fingerprint(default_fp, version)
         image = None
         with contextlib.suppress(docker.errors.ImageNotFound):
             image = client.images.get(local_tag)
@@ -486,20 +534,16 @@ def build_standin_base(client: docker.DockerClient, cache_dir: Path, registry: s
         if image is not None:
             log(f"standin: reusing {local_tag} ({image.short_id})")
         else:
-            tar_path = _rootfs_tar(cache, log, timings)
-            rootfs_image = _import_rootfs(client, tar_path, log)
-            site = _site_dir(cache_dir, cache, log, timings)
-            extra = None if default else _extra_site_dir(cache_dir, cache, version, log, timings)
+            extra = _extra_site_dir(cache_dir, cache, version, log, timings)
             vllm_tree = vllm_site(cache_dir, version) / "vllm"
             start = time.monotonic()
-            image_id = _build_image(engine, rootfs_image, site, vllm_tree, fingerprint, cache, log,
-                                    version=version, extra_site=extra)
+            image_id = _build_release_image(engine, default.reference, version, extra, vllm_tree, fingerprint,
+                                            cache, log)
             timings["image_build_s"] = round(time.monotonic() - start, 1)
             image = client.images.get(image_id)
         start = time.monotonic()
-        digest = _push(engine, image.id, repository, log, tag)
+        digest = _push(engine, image.id, default.repository, log, tag)
         timings["push_s"] = round(time.monotonic() - start, 1)
-    size = int(image.attrs.get("Size") or 0)
-    return StandinBase(local_tag=local_tag, repository=repository, digest=digest,
-                       reference=f"{repository}@{digest}", image_id=image.id, size=size,
-                       timings=timings)
+    return StandinBase(local_tag=local_tag, repository=default.repository, digest=digest,
+                       reference=f"{default.repository}@{digest}", image_id=image.id,
+                       size=int(image.attrs.get("Size") or 0), timings=timings)
