@@ -78,7 +78,7 @@ def check_files(read: Reader, lock: dict) -> list[str]:
         try:
             manifest = json.loads(raw_manifest)
             tables = {t["file"]: t["sha256"] for t in manifest.get("tables", [])}
-            want = {t["file"].rsplit("/", 1)[-1]: t["sha256"] for t in lock["inputs"]["tables"]}
+            want = {t["installs_as"].rsplit("/", 1)[-1]: t["sha256"] for t in lock["inputs"]["tables"]}
             if tables != want:
                 problems.append(f"{MANIFEST_PATH}: tables differ from the lock")
             posts = {rel: fp["post"] for rel, fp in lock["files"].items() if isinstance(fp["post"], dict)}
