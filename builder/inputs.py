@@ -30,9 +30,9 @@ def _source_files(root: Path) -> list[Path]:
 # tests/builder/test_inputs.py fails when a module is in neither list.
 IMAGE_SHAPING = ("assemble.py", "base.py", "context.py", "dockerfile.py", "engine.py", "hashing.py",
                  "image_layout.py", "inputs.py", "layer.py", "lock.py", "manifest.py", "patchstack.py",
-                 "provenance.py", "reference.py", "spec.py", "tree.py", "workflow.py")
+                 "provenance.py", "reference.py", "spec.py", "table_names.py", "tree.py", "workflow.py")
 NOT_IMAGE_SHAPING = ("__init__.py", "__main__.py", "cli.py", "commands/*.py", "delivery.py", "errors.py",
-                     "log.py", "registry.py", "validate.py", "verify.py")
+                     "log.py", "matrix.py", "pypi.py", "registry.py", "validate.py", "verify.py")
 
 
 def image_shaping_files() -> list[Path]:

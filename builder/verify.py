@@ -78,7 +78,7 @@ def check_files(read: Reader, lock: Lock) -> list[str]:
         try:
             manifest = json.loads(raw_manifest)
             tables = {t["file"]: t["sha256"] for t in manifest.get("tables", [])}
-            want = {t.name: t.sha256 for t in lock.inputs.tables}
+            want = {t.installs_as.rsplit("/", 1)[-1]: t.sha256 for t in lock.inputs.tables}
             if tables != want:
                 problems.append(f"{MANIFEST_PATH}: tables differ from the lock")
             posts = {rel: change.post.as_dict() for rel, change in (lock.files or {}).items() if change.post is not None}

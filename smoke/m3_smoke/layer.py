@@ -75,7 +75,9 @@ def build_layer(w13, w13_scale, w2, w2_scale, *, swiglu: dict, select_ctx=None, 
     def _make(**kwargs):
         captured.update(kwargs)
         if capture_kernel:
-            return types.SimpleNamespace(name="captured-by-m3_smoke")
+            # vLLM 0.34 calls moe_kernel.fused_experts.keep_constants(layer) after building it
+            keep = types.SimpleNamespace(keep_constants=lambda layer: None)
+            return types.SimpleNamespace(name="captured-by-m3_smoke", fused_experts=keep)
         return real_make(**kwargs)
 
     with captured_vllm_log() as log, mock.patch.object(mo, "make_fp8_moe_kernel", _make):
