@@ -9,7 +9,7 @@ IMAGE   ?=
 BUILDER := $(PY) -m builder --spec $(SPEC)
 TARGET_ARG := $(if $(TARGET),--target $(TARGET),)
 
-.PHONY: patches check-patches sweep-numerics gpu-bundle venv services standin lock image dry-run demo demo-pinned test unit validate push resolve verify bench bench-convert bench-delivery lint clean
+.PHONY: patches check-patches sweep-numerics gpu-bundle venv services standin lock image dry-run demo demo-pinned test unit validate push resolve verify matrix bench bench-convert bench-delivery bench-matrix clean
 
 venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml requirements/vllm-runtime.txt
@@ -69,6 +69,15 @@ resolve: venv        ## print IMAGE=repo@sha256:..., PYXIS_IMAGE=..., CACHE_KEY=
 
 verify: venv         ## check IMAGE=ref against the target's lock before using it (TARGET=name)
 	$(BUILDER) verify $(TARGET_ARG) $(IMAGE)
+
+VERSIONS ?= 0.24.0..0.34.0
+SERIES   ?= patches/series patches/series.v0.30.0 patches/series.v0.34.0 patches/series.pinned-4a560dd
+MATRIX   ?= docs/compat-matrix.md
+matrix: venv         ## compatibility matrix: SERIES over the vLLM releases VERSIONS (PyPI), written to MATRIX
+	$(BUILDER) matrix $(VERSIONS) $(foreach s,$(SERIES),--series $(s)) --output $(MATRIX) --json $(MATRIX:.md=.json)
+
+bench-matrix: venv   ## seconds to compute the matrix for 11 releases, cold and warm wheel cache
+	$(PY) bench/bench_matrix.py
 
 bench-delivery: venv ## make image when the content tag is already published: seconds and bytes
 	$(PY) bench/bench_delivery.py --spec $(SPEC) $(if $(TARGET),--target $(TARGET),)

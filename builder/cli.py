@@ -10,7 +10,7 @@ import sys
 from builder.errors import BuilderError, Interrupted
 from builder.log import StepLog
 
-COMMANDS = ["lock", "image", "pin", "validate", "push", "resolve", "verify"]
+COMMANDS = ["lock", "image", "pin", "validate", "push", "resolve", "verify", "matrix"]
 
 
 def _modules():

@@ -22,6 +22,7 @@ from builder.image_layout import INSTALL_DIR, LOCK_PATH, MANIFEST_PATH, SMOKE_IN
 from builder.inputs import SMOKE_DIR, Inputs, smoke_files
 from builder.lock import Lock, lock_json
 from builder.manifest import image_manifest
+from builder.table_names import device_of
 from builder.tree import PatchedTree
 
 
@@ -46,18 +47,14 @@ def _place(delta: Path, image_path: PurePosixPath, data: bytes, executable: bool
 
 
 def smoke_manifest(inputs: Inputs, tree: PatchedTree) -> dict:
-    goldens = (
-        sorted(p for p in (SMOKE_DIR / "golden").glob("*") if p.is_file())
-        if (SMOKE_DIR / "golden").is_dir()
-        else []
-    )
-    return image_manifest(
-        target=inputs.target.name,
-        vllm_root=str(inputs.target.vllm_root),
-        patched_files=tree.post,
-        tables=[(t.name, t.sha256) for t in inputs.tables],
-        golden=str(SMOKE_INSTALL / "golden" / goldens[0].name) if goldens else None,
-    )
+    goldens = sorted(p for p in (SMOKE_DIR / "golden").glob("*") if p.is_file()) if (SMOKE_DIR / "golden").is_dir() else []
+    # a copy installed for another device of the family (spec: tables_also_for) is checked under
+    # that device's name; every other table under the target's device
+    copies = {t.name: device_of(t.name) for t in inputs.tables if t.name != t.source.name and device_of(t.name)}
+    return image_manifest(target=inputs.target.name, vllm_root=str(inputs.target.vllm_root), patched_files=tree.post,
+                          tables=[(t.name, t.sha256) for t in inputs.tables],
+                          golden=str(SMOKE_INSTALL / "golden" / goldens[0].name) if goldens else None,
+                          table_devices=copies)
 
 
 def write_context(

@@ -31,6 +31,7 @@ _HEADER_RE = re.compile(r"^(?:---|\+\+\+) (\S+)")
 _GIT_HEADER_RE = re.compile(r"^diff --git (\S+) (\S+)$")
 _HUNK_RE = re.compile(r"^@@ -\d+(?:,(\d+))? \+\d+(?:,(\d+))? @@")
 _HUNK_FAILED_RE = re.compile(r"^Hunk #(\d+) FAILED at (\d+)")
+_GIT_EXTENDED = ("index ", "new file mode", "deleted file mode", "similarity", "rename ", "old mode", "new mode")
 _PATCHING_RE = re.compile(r"^(?:checking|patching) file '?([^']+?)'?$")
 
 
@@ -157,6 +158,44 @@ def _load_patch(path: Path, where: str) -> Patch:
     )
 
 
+def file_sections(patch: Patch) -> list[tuple[str, str]]:
+    """The patch cut into one self-contained diff per file it touches, in order:
+    ``[(path relative to the parent of vllm/, diff text), ...]`` (headers kept, hunks whole)."""
+    sections: list[list[str]] = []
+    pending: list[str] = []          # git header lines seen before the ---/+++ pair
+    old_left = new_left = 0
+    for line in patch.path.read_text().splitlines(keepends=True):
+        if old_left > 0 or new_left > 0:
+            if line.startswith((" ", "-")) or line in ("\n", ""):
+                old_left -= 1
+            if line.startswith((" ", "+")) or line in ("\n", ""):
+                new_left -= 1
+            sections[-1].append(line)
+            continue
+        hunk = _HUNK_RE.match(line)
+        if hunk and sections:
+            old_left, new_left = int(hunk.group(1) or 1), int(hunk.group(2) or 1)
+            sections[-1].append(line)
+        elif line.startswith("diff --git "):
+            pending = [line]
+        elif line.startswith("--- "):
+            sections.append(pending + [line])
+            pending = []
+        elif line.startswith("+++ ") and sections:
+            sections[-1].append(line)
+        elif pending and line.startswith(_GIT_EXTENDED):
+            pending.append(line)
+        elif line.startswith("\\") and sections:     # "\ No newline at end of file" after a hunk
+            sections[-1].append(line)
+        # anything else outside a hunk (the description, a mail signature) belongs to no file
+    out = []
+    for lines in sections:
+        paths = [m.group(1) for m in map(_HEADER_RE.match, lines[:4]) if m and m.group(1) != "/dev/null"]
+        rel = PurePosixPath(*PurePosixPath(paths[-1]).parts[1:]).as_posix()
+        out.append((rel, "".join(lines)))
+    return out
+
+
 def _checked_path(raw: str, patch: Path, lineno: int) -> str:
     """Strip one component (-p1) and make sure the result stays inside vllm/."""
     if raw.startswith("/"):
@@ -194,23 +233,69 @@ def run_patch(tree: Path, patch: Path, *args: str) -> subprocess.CompletedProces
         raise PatchError("GNU patch is not installed (apt-get install patch)") from None
 
 
-def _conflict(patch: Patch, forward: subprocess.CompletedProcess) -> PatchError:
-    current = "?"
-    for line in forward.stdout.splitlines():
+@dataclass(frozen=True)
+class FailedHunk:
+    file: str                       # as GNU patch names it (vllm/...)
+    hunk: int
+    line: int
+
+
+def failed_hunks(output: str) -> list[FailedHunk]:
+    """Every ``Hunk #n FAILED at L`` in GNU patch's report, with the file it belongs to."""
+    current, found = "?", []
+    for line in output.splitlines():
         m = _PATCHING_RE.match(line.strip())
         if m:
             current = m.group(1)
             continue
         m = _HUNK_FAILED_RE.match(line.strip())
         if m:
-            return PatchError(
-                f"{patch.name}: {current}: hunk #{m.group(1)} does not apply at line {m.group(2)} "
-                "(zero fuzz; neither applicable nor already applied); nothing was changed"
-            )
+            found.append(FailedHunk(current, int(m.group(1)), int(m.group(2))))
+    return found
+
+
+def _conflict(patch: Patch, forward: subprocess.CompletedProcess) -> PatchError:
+    failed = failed_hunks(forward.stdout)
+    if failed:
+        first = failed[0]
+        return PatchError(f"{patch.name}: {first.file}: hunk #{first.hunk} does not apply at line {first.line} "
+                          "(zero fuzz; neither applicable nor already applied); nothing was changed")
     reason = " ".join((forward.stdout + forward.stderr).split())[:300]
     return PatchError(
         f"{patch.name}: neither applicable nor already applied; nothing was changed ({reason})"
     )
+
+
+@dataclass(frozen=True)
+class DryRun:
+    result: str                     # "applies" | "already-applied" | "conflict"
+    detail: str                     # GNU patch's report
+    failed: tuple[FailedHunk, ...]  # for a conflict: the hunks the forward run could not place
+
+
+def dry_run(patch_file: Path, tree: Path) -> DryRun:
+    """What ``patch_file`` would do to ``tree`` (parent of vllm/), changing nothing: the forward
+    dry run decides "applies", else the reverse one "already-applied", else it is a conflict."""
+    forward = run_patch(tree, Path(patch_file), "--forward", "--dry-run")
+    if forward.returncode == 0:
+        return DryRun("applies", forward.stdout.strip(), ())
+    reverse = run_patch(tree, Path(patch_file), "--reverse", "--dry-run")
+    if reverse.returncode == 0:
+        return DryRun("already-applied", reverse.stdout.strip(), ())
+    return DryRun("conflict", (forward.stdout + forward.stderr).strip(), tuple(failed_hunks(forward.stdout)))
+
+
+def apply_patch(patch: Patch, tree: Path) -> Outcome:
+    """Apply one patch to ``tree`` at zero fuzz, or raise :class:`PatchError` naming the hunk."""
+    check = dry_run(patch.path, tree)
+    if check.result == "already-applied":
+        return Outcome(patch, "already-applied", check.detail)
+    if check.result == "conflict":
+        raise _conflict(patch, run_patch(tree, patch.path, "--forward", "--dry-run"))
+    done = run_patch(tree, patch.path, "--forward")
+    if done.returncode != 0:
+        raise _conflict(patch, done)
+    return Outcome(patch, "applied", done.stdout.strip())
 
 
 def apply_stack(patches: list[Patch], parent: Path) -> list[Outcome]:
@@ -231,20 +316,7 @@ def apply_stack(patches: list[Patch], parent: Path) -> list[Outcome]:
             if (parent / rel).exists():
                 (work / rel).parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(parent / rel, work / rel)
-        outcomes = []
-        for patch in patches:
-            forward = run_patch(work, patch.path, "--forward", "--dry-run")
-            if forward.returncode == 0:
-                done = run_patch(work, patch.path, "--forward")
-                if done.returncode != 0:
-                    raise _conflict(patch, done)
-                outcomes.append(Outcome(patch, "applied", done.stdout.strip()))
-                continue
-            reverse = run_patch(work, patch.path, "--reverse", "--dry-run")
-            if reverse.returncode == 0:
-                outcomes.append(Outcome(patch, "already-applied", reverse.stdout.strip()))
-                continue
-            raise _conflict(patch, forward)
+        outcomes = [apply_patch(patch, work) for patch in patches]
         _compile_all(work, files)
         # Every patch went through: copy the results back (and drop files the stack deleted).
         for rel in files:

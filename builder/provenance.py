@@ -6,6 +6,7 @@ import json
 from collections.abc import Mapping
 
 from builder.lock import Lock, content_digest, content_tag
+from builder.table_names import device_of
 
 NS = "io.m3-image"
 
@@ -36,4 +37,11 @@ def image_labels(lock: Lock, extra: Mapping[str, str]) -> dict[str, str]:
         ),
         f"{NS}.upstream-prs": ", ".join(upstream),
     }
+    copies = [t for t in inputs.tables if t.installs_as.rsplit("/", 1)[-1] != t.name]
+    if copies:
+        # tables installed for another device of the family (spec: tables_also_for)
+        labels[f"{NS}.tables.copies"] = json.dumps(
+            [{"file": t.installs_as.rsplit("/", 1)[-1], "sha256": t.sha256, "copy_of": t.name,
+              "measured_on": device_of(t.name) or "unknown"} for t in copies],
+            separators=(",", ":"))
     return {**labels, **extra}

@@ -85,7 +85,7 @@ def check_files(read: Reader, lock: Lock) -> list[str]:
         try:
             manifest = json.loads(raw_manifest)
             tables = {t["file"]: t["sha256"] for t in manifest.get("tables", [])}
-            want = {t.name: t.sha256 for t in lock.inputs.tables}
+            want = {t.installs_as.rsplit("/", 1)[-1]: t.sha256 for t in lock.inputs.tables}
             if tables != want:
                 problems.append(f"{MANIFEST_PATH}: tables differ from the lock")
             posts = {

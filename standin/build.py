@@ -42,11 +42,17 @@ from pathlib import Path
 from builder.dockerfile import render_template
 from builder.engine import Engine
 from builder.errors import BuilderError, RegistryError
-from standin.vllm_sources import VLLM_VERSION, WHEEL_SHA256, fetch_wheel, vllm_site
+from standin.vllm_sources import VLLM_VERSION, WHEEL_SHA256, fetch_wheel, pinned, vllm_site
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 TEMPLATE_PATH = REPO_ROOT / "dockerfiles" / "standin-base.Dockerfile.j2"
+RELEASE_TEMPLATE_PATH = REPO_ROOT / "dockerfiles" / "standin-release.Dockerfile.j2"
 REQUIREMENTS_PATH = REPO_ROOT / "requirements" / "vllm-runtime.txt"
+
+
+def extra_requirements(version: str) -> Path:
+    """What a non-default release needs beyond the shared site (requirements/vllm-runtime-<v>.txt)."""
+    return REPO_ROOT / "requirements" / f"vllm-runtime-{version}.txt"
 
 SUITE = "bookworm"
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
@@ -124,6 +130,18 @@ def _site_fingerprint() -> str:
 
 def _image_fingerprint(rootfs_fp: str, site_fp: str) -> str:
     return _digest({"rootfs": rootfs_fp, "site": site_fp, "template": TEMPLATE_PATH.read_text()})
+
+
+def _release_fingerprint(default_fp: str, version: str) -> str:
+    """Another release's stand-in: the default base's inputs, its own extras, its template."""
+    return _digest({"default": default_fp, "extra": _extra_fingerprint(version),
+                    "template": RELEASE_TEMPLATE_PATH.read_text()})
+
+
+def _extra_fingerprint(version: str) -> str:
+    return _digest({"version": version, "wheel": pinned(version)[1], "python": PYTHON_TAG,
+                    "platforms": WHEEL_PLATFORMS, "requirements": extra_requirements(version).read_text(),
+                    "layout": 1})
 
 
 # --------------------------------------------------------------------------- helpers
@@ -282,12 +300,11 @@ def _import_rootfs(engine: Engine, tar_path: Path, log: Log) -> str:
 
 # --------------------------------------------------------------------------- stage 2: site
 
-
-def _extract_dist_info(cache_root: Path, target: Path) -> None:
+def _extract_dist_info(cache_root: Path, target: Path, version: str = VLLM_VERSION) -> None:
     """vLLM's ``.dist-info`` from the pinned wheel: the real image has vLLM pip-installed, and
     vLLM reads its own version through importlib.metadata (platform detection)."""
-    prefix = f"vllm-{VLLM_VERSION}.dist-info/"
-    wheel = fetch_wheel(cache_root / f"vllm-{VLLM_VERSION}")
+    prefix = f"vllm-{version}.dist-info/"
+    wheel = fetch_wheel(cache_root, version)
     with zipfile.ZipFile(wheel) as archive:
         members = [m for m in archive.namelist() if m.startswith(prefix) and not m.endswith("/")]
         if not members:
@@ -352,6 +369,37 @@ def _site_dir(cache_dir: Path, cache: Path, log: Log, timings: dict) -> Path:
     return site
 
 
+def _extra_site_dir(cache_dir: Path, cache: Path, version: str, log: Log, timings: dict) -> Path:
+    """``<cache>/site-extra-<version>-<fp>/``: what release ``version`` imports beyond the shared
+    site (pip --no-deps, the complete list is in its requirements file) + its own dist-info.
+    It becomes one layer on top of the shared site's, which is reused unchanged."""
+    site = cache / f"site-extra-{version}-{_extra_fingerprint(version)[:12]}"
+    if site.is_dir():
+        log(f"standin: reusing {site}")
+        return site
+    start = time.monotonic()
+    staging = Path(tempfile.mkdtemp(dir=cache, prefix=".site-extra-"))
+    try:
+        target = staging / "site"
+        platforms = [arg for platform in WHEEL_PLATFORMS for arg in ("--platform", platform)]
+        cmd = [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+               "--no-compile", "--no-warn-script-location", "--only-binary=:all:", "--no-deps",
+               "--python-version", PYTHON_TAG, "--implementation", "cp", *platforms,
+               "--target", str(target), "-r", str(extra_requirements(version))]
+        log(f"standin: pip install --target --no-deps ({extra_requirements(version).name})")
+        result = subprocess.run(cmd, capture_output=True, text=True)
+        if result.returncode != 0:
+            raise BuilderError(f"pip install of {extra_requirements(version).name} failed: {_last_line(result.stderr)}")
+        shutil.rmtree(target / "bin", ignore_errors=True)
+        _extract_dist_info(cache_dir, target, version)
+        target.replace(site)
+        _prune_stale(site, f"site-extra-{version}-*", log)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    timings["extra_site_s"] = round(time.monotonic() - start, 1)
+    return site
+
+
 # --------------------------------------------------------------------------- build context
 
 
@@ -405,27 +453,27 @@ def render_dockerfile(**values: str) -> str:
     return render_template(TEMPLATE_PATH.name, **values)
 
 
-def _build_image(
-    engine: Engine,
-    rootfs_image: str,
-    site: Path,
-    vllm_tree: Path,
-    fingerprint: str,
-    cache: Path,
-    log: Log,
-) -> str:
-    dockerfile = render_dockerfile(
-        rootfs_image=rootfs_image,
-        site_packages=SITE_PACKAGES,
-        python=PYTHON,
-        vllm_version=VLLM_VERSION,
-        suite=SUITE,
-        fingerprint_label=FINGERPRINT_LABEL,
-        fingerprint=fingerprint,
-    )
+def _build_image(engine: Engine, rootfs_image: str, site: Path, vllm_tree: Path,
+                 fingerprint: str, cache: Path, log: Log) -> str:
+    dockerfile = render_dockerfile(rootfs_image=rootfs_image, site_packages=SITE_PACKAGES,
+                                   python=PYTHON, vllm_version=VLLM_VERSION, suite=SUITE,
+                                   fingerprint_label=FINGERPRINT_LABEL, fingerprint=fingerprint)
+    return _build(engine, dockerfile, {"site": site, "vllm": vllm_tree}, LOCAL_TAG, cache, log)
+
+
+def _build_release_image(engine: Engine, default_base: str, version: str, extra_site: Path, vllm_tree: Path,
+                         fingerprint: str, cache: Path, log: Log) -> str:
+    dockerfile = render_template(RELEASE_TEMPLATE_PATH.name, default_base=default_base, site_packages=SITE_PACKAGES,
+                                 python=PYTHON, vllm_version=version, shared_version=VLLM_VERSION, suite=SUITE,
+                                 fingerprint_label=FINGERPRINT_LABEL, fingerprint=fingerprint)
+    return _build(engine, dockerfile, {"site-extra": extra_site, "vllm": vllm_tree}, local_tag_for(version),
+                  cache, log)
+
+
+def _build(engine: Engine, dockerfile: str, trees: dict[str, Path], local_tag: str, cache: Path, log: Log) -> str:
     with tempfile.TemporaryFile(dir=cache, prefix=".context-") as context:
-        write_context(context, dockerfile, {"site": site, "vllm": vllm_tree})
-        log(f"standin: build context {context.tell() / 2**20:.0f} MiB; building {LOCAL_TAG}")
+        write_context(context, dockerfile, trees)
+        log(f"standin: build context {context.tell() / 2**20:.0f} MiB; building {local_tag}")
         context.seek(0)
 
         def show_steps(line: str) -> None:
@@ -433,7 +481,11 @@ def _build_image(
                 log(f"standin:   {line}")
 
         # network_mode none: the build is hermetic, nothing is fetched
-        return engine.build(context, "Dockerfile", LOCAL_TAG, show_steps, network_mode="none")
+        return engine.build(context, "Dockerfile", local_tag, show_steps, network_mode="none")
+
+
+def local_tag_for(version: str) -> str:
+    return f"{LOCAL_REPOSITORY}:vllm-{version}"
 
 
 # --------------------------------------------------------------------------- push
@@ -477,16 +529,21 @@ def labels_of(engine: Engine, reference: str) -> dict[str, str] | None:
     return engine.inspect(image_id)["Config"].get("Labels") or {}
 
 
-def build_standin_base(
-    engine: Engine, cache_dir: Path, registry: str = "127.0.0.1:5000", log: Log = print
-) -> StandinBase:
-    """Build (or reuse) ``m3-image/standin-base:vllm-0.24.0`` and push it to ``registry``.
+def build_standin_base(engine: Engine, cache_dir: Path, registry: str = "127.0.0.1:5000",
+                       log: Log = print, version: str = VLLM_VERSION) -> StandinBase:
+    """Build (or reuse) ``m3-image/standin-base:vllm-<version>`` (0.24.0 by default) and push it
+    to ``registry``. Another release is built on top of the default base, which it reuses whole:
+    its extra packages (``requirements/vllm-runtime-<version>.txt``) and its own vLLM tree.
 
     ``cache_dir`` is the build cache root (``build/cache``): the vLLM wheel lives under it
     as ``vllm_site`` lays it out, and the rootfs tar and the site folder under
     ``<cache_dir>/standin/``. Everything goes through the builder's :class:`Engine`.
     Raises :class:`BuilderError` (one line) on any failure.
     """
+    pinned(version)                     # an unknown release fails before any work
+    if version != VLLM_VERSION:
+        default = build_standin_base(engine, cache_dir, registry, log)
+        return _build_release(engine, Path(cache_dir), registry, log, version, default)
     cache_dir = Path(cache_dir)
     cache = cache_dir / "standin"
     cache.mkdir(parents=True, exist_ok=True)
@@ -516,12 +573,37 @@ def build_standin_base(
         digest = push(engine, image_id, repository, TAG, log)
         timings["push_s"] = round(time.monotonic() - start, 1)
     size = int(engine.inspect(image_id).get("Size") or 0)
-    return StandinBase(
-        local_tag=LOCAL_TAG,
-        repository=repository,
-        digest=digest,
-        reference=f"{repository}@{digest}",
-        image_id=image_id,
-        size=size,
-        timings=timings,
-    )
+    return StandinBase(local_tag=LOCAL_TAG, repository=repository, digest=digest,
+                       reference=f"{repository}@{digest}", image_id=image_id, size=size,
+                       timings=timings)
+
+
+def _build_release(engine: Engine, cache_dir: Path, registry: str, log: Log, version: str,
+                   default: StandinBase) -> StandinBase:
+    """``m3-image/standin-base:vllm-<version>`` on top of the default base (by digest)."""
+    cache = cache_dir / "standin"
+    timings: dict = {}
+    local_tag, tag = local_tag_for(version), f"vllm-{version}"
+    default_fp = (engine.inspect(default.image_id)["Config"].get("Labels") or {}).get(FINGERPRINT_LABEL, "")
+    with _locked(cache / ".lock"):
+        fingerprint = _release_fingerprint(default_fp, version)
+        labels = labels_of(engine, local_tag)
+        if labels is not None and labels.get(FINGERPRINT_LABEL) != fingerprint:
+            log(f"standin: {local_tag} exists but was built from other inputs; rebuilding")
+            labels = None
+        if labels is not None:
+            image_id = engine.image_id(local_tag)
+            log(f"standin: reusing {local_tag} ({image_id[7:19]})")
+        else:
+            extra = _extra_site_dir(cache_dir, cache, version, log, timings)
+            vllm_tree = vllm_site(cache_dir, version) / "vllm"
+            start = time.monotonic()
+            image_id = _build_release_image(engine, default.reference, version, extra, vllm_tree, fingerprint,
+                                            cache, log)
+            timings["image_build_s"] = round(time.monotonic() - start, 1)
+        start = time.monotonic()
+        digest = push(engine, image_id, default.repository, tag, log)
+        timings["push_s"] = round(time.monotonic() - start, 1)
+    return StandinBase(local_tag=local_tag, repository=default.repository, digest=digest,
+                       reference=f"{default.repository}@{digest}", image_id=image_id,
+                       size=int(engine.inspect(image_id).get("Size") or 0), timings=timings)

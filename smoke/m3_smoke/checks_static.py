@@ -68,6 +68,16 @@ def _parse_table(path: Path) -> dict[int, dict]:
     return out
 
 
+def _label(device: str, primary: str, E: int, N: int) -> str:
+    """Report key of one table: ``E=..,N=..`` for the target's device, ``<device>:E=..,N=..``
+    for a copy installed for another device of the family (e.g. MI325X)."""
+    return f"E={E},N={N}" if device == primary else f"{device}:E={E},N={N}"
+
+
+def _devices(manifest: dict) -> list[str]:
+    return list(manifest.get("device_names") or [manifest["device_name"]])
+
+
 def check_tables_installed(manifest: dict) -> dict:
     root = Path(manifest["vllm_root"])
     cfg_dir = root / CONFIGS_REL
@@ -75,9 +85,11 @@ def check_tables_installed(manifest: dict) -> dict:
     problems, seen = [], {}
     for t in manifest["tables"]:
         name, E, N = t["file"], t["E"], t["N"]
-        want = expected_table_name(E, N, dev)
+        tdev = t.get("device_name", dev)
+        want = expected_table_name(E, N, tdev)
         if name != want:
-            problems.append(f"{name!r}: vLLM looks up {want!r} for E={E},N={N}")
+            on = "" if tdev == dev else f" on {tdev}"
+            problems.append(f"{name!r}: vLLM looks up {want!r} for E={E},N={N}{on}")
             continue
         path = cfg_dir / name
         if not path.is_file():
@@ -94,22 +106,27 @@ def check_tables_installed(manifest: dict) -> dict:
         except ValueError as exc:
             problems.append(f"{name} does not parse: {exc}")
             continue
-        seen[(E, N)] = {"file": name, "batch_sizes": keys}
-    for E, N in manifest["required_tables"]:
-        if (E, N) not in seen:
-            want = expected_table_name(E, N, dev)
-            present = (cfg_dir / want).is_file()
-            problems.append(
-                f"required table E={E},N={N} not verified ({want} "
-                f"{'present but not in manifest/failed' if present else 'not installed'})"
-            )
+        seen[(tdev, E, N)] = {"file": name, "batch_sizes": keys}
+    for tdev in _devices(manifest):
+        for E, N in manifest["required_tables"]:
+            if (tdev, E, N) not in seen:
+                want = expected_table_name(E, N, tdev)
+                present = (cfg_dir / want).is_file()
+                on = "" if tdev == dev else f" for {tdev}"
+                problems.append(
+                    f"required table E={E},N={N}{on} not verified ({want} "
+                    f"{'present but not in manifest/failed' if present else 'not installed'})"
+                )
     if problems:
         raise CheckFailed("; ".join(problems), problems=problems)
-    return {f"E={E},N={N}": v for (E, N), v in sorted(seen.items())}
+    return {_label(d, dev, E, N): v for (d, E, N), v in sorted(seen.items(), key=lambda kv: (
+        _devices(manifest).index(kv[0][0]) if kv[0][0] in _devices(manifest) else 99, kv[0]))}
 
 
 def check_tables_lookup(manifest: dict, *, hidden: int = 6144, top_k: int = 4) -> dict:
-    """vLLM's own lookup, device mocked as the manifest's device, returns the tables."""
+    """vLLM's own lookup, with the device mocked as each device the manifest names (the
+    target's, e.g. AMD_Instinct_MI300X, and the family copies', e.g. AMD_Instinct_MI325X),
+    returns the installed tables."""
     import vllm.envs as envs
     from vllm.model_executor.layers.fused_moe import fused_moe as fm
 
@@ -120,14 +137,17 @@ def check_tables_lookup(manifest: dict, *, hidden: int = 6144, top_k: int = 4) -
     dev = manifest["device_name"]
     user_folder = envs.VLLM_TUNED_CONFIG_FOLDER
     problems, details = [], {"vllm_tuned_config_folder": user_folder}
-    pairs = list(manifest["required_tables"])
-    for t in manifest["tables"]:
-        if (t["E"], t["N"]) not in pairs:
-            pairs.append((t["E"], t["N"]))
-    by_shape = {(t["E"], t["N"]): t for t in manifest["tables"]}
-    for E, N in pairs:
-        t = by_shape.get((E, N))
-        label = f"E={E},N={N}"
+    by_shape = {(t.get("device_name", dev), t["E"], t["N"]): t for t in manifest["tables"]}
+    wanted = []
+    for tdev in _devices(manifest):
+        for E, N in manifest["required_tables"]:
+            wanted.append((tdev, E, N))
+    for key in by_shape:
+        if key not in wanted:
+            wanted.append(key)
+    for tdev, E, N in wanted:
+        t = by_shape.get((tdev, E, N))
+        label = _label(tdev, dev, E, N)
         if t is None:
             problems.append(f"{label}: no table in manifest")
             continue
@@ -139,7 +159,7 @@ def check_tables_lookup(manifest: dict, *, hidden: int = 6144, top_k: int = 4) -
             continue
         w1_shape, w2_shape = (E, 2 * N, hidden), (E, hidden, N)
         fm.get_moe_configs.cache_clear()
-        with mocked_device_name(dev), captured_vllm_log() as log:
+        with mocked_device_name(tdev), captured_vllm_log() as log:
             got, default_hits = {}, 0
             for m in sorted(expected):
                 cfg = fm.try_get_optimal_moe_config(
@@ -153,7 +173,7 @@ def check_tables_lookup(manifest: dict, *, hidden: int = 6144, top_k: int = 4) -
         mism = [m for m in sorted(expected) if got[m] != expected[m]]
         used = [ln for ln in log if ln.startswith("Using configuration from")]
         used_path = used[-1].split("from ", 1)[1].split(" for MoE")[0] if used else None
-        details[label] = {"batch_sizes": len(expected), "loaded_from": used_path}
+        details[label] = {"batch_sizes": len(expected), "loaded_from": used_path, "device_name": tdev}
         if mism:
             fallback = any("Using default MoE config" in ln for ln in log)
             problems.append(

@@ -26,12 +26,13 @@ def image_swiglu() -> dict:
     the checkpoint's text_config); the model passes them to its FusedMoE layer."""
     import importlib
 
-    cfg = importlib.import_module(CONFIG_MODULE).MiniMaxM3TextConfig()
-    return {
-        "alpha": float(cfg.swiglu_alpha),
-        "beta": float(cfg.swiglu_beta),
-        "limit": float(cfg.swiglu_limit),
-    }
+    module = importlib.import_module(CONFIG_MODULE)
+    # vLLM up to 0.33 defines MiniMaxM3TextConfig; 0.34 takes transformers' MiniMaxM3VLTextConfig
+    # (imported into the same module), which has no swiglu_beta: 0.34's model fixes beta at 1.0.
+    config_cls = getattr(module, "MiniMaxM3TextConfig", None) or getattr(module, "MiniMaxM3VLTextConfig")
+    cfg = config_cls()
+    return {"alpha": float(cfg.swiglu_alpha), "beta": float(getattr(cfg, "swiglu_beta", 1.0)),
+            "limit": float(cfg.swiglu_limit)}
 
 
 def _layer(w13, w13_scale, w2, w2_scale, swiglu: dict):
@@ -86,7 +87,9 @@ def build_layer(
     def _make(**kwargs):
         captured.update(kwargs)
         if capture_kernel:
-            return types.SimpleNamespace(name="captured-by-m3_smoke")
+            # vLLM 0.34 calls moe_kernel.fused_experts.keep_constants(layer) after building it
+            keep = types.SimpleNamespace(keep_constants=lambda layer: None)
+            return types.SimpleNamespace(name="captured-by-m3_smoke", fused_experts=keep)
         return real_make(**kwargs)
 
     with captured_vllm_log() as log, mock.patch.object(mo, "make_fp8_moe_kernel", _make):

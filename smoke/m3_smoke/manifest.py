@@ -98,7 +98,14 @@ def validate_manifest(data: Any) -> dict:
         for k in ("E", "N"):
             if _expect(t, k, int, f"{p}.{k}") <= 0:
                 _fail(f"{p}.{k}", "must be positive")
-    _expect(data, "device_name", str, "device_name")
+        if "device_name" in t and not _expect(t, "device_name", str, f"{p}.device_name"):
+            _fail(f"{p}.device_name", "empty")
+    device = _expect(data, "device_name", str, "device_name")
+    devices = data.get("device_names", [device])
+    if not isinstance(devices, list) or not devices or not all(isinstance(d, str) and d for d in devices):
+        _fail("device_names", "expected a non-empty list of device names")
+    if devices[0] != device:
+        _fail("device_names", f"must start with device_name {device!r}")
     golden = _expect(data, "golden", str, "golden")
     if not golden:
         _fail("golden", "empty")
@@ -119,6 +126,8 @@ def validate_manifest(data: Any) -> dict:
     ):
         _fail("required_tables", "expected a list of [E, N] integer pairs")
     out["required_tables"] = [tuple(x) for x in req]
+    out["device_names"] = list(devices)
+    out["tables"] = [{**t, "device_name": t.get("device_name", device)} for t in tables]
     return out
 
 

@@ -94,6 +94,7 @@ def mocked_platform(arch: str, device_name: str = "AMD_Instinct_MI300X"):
     saved = {k: cp.__dict__.get(k, missing) for k in overrides}
     for k, v in overrides.items():
         object.__setattr__(cp, k, v)
+    clear_device_name_cache()
     try:
         yield cp
     finally:
@@ -103,6 +104,19 @@ def mocked_platform(arch: str, device_name: str = "AMD_Instinct_MI300X"):
                     object.__delattr__(cp, k)
             else:
                 object.__setattr__(cp, k, v)
+        clear_device_name_cache()
+
+
+def clear_device_name_cache() -> None:
+    """vLLM 0.27 on caches the table-lookup device name (``get_device_name_as_file_name``,
+    one device per process); a mock that changes the name must drop that cache."""
+    try:
+        from vllm.utils.platform_utils import get_device_name_as_file_name
+    except ImportError:
+        return
+    clear = getattr(get_device_name_as_file_name, "cache_clear", None)
+    if clear is not None:
+        clear()
 
 
 @contextlib.contextmanager
@@ -113,6 +127,7 @@ def mocked_device_name(device_name: str):
     missing = object()
     saved = cp.__dict__.get("get_device_name", missing)
     object.__setattr__(cp, "get_device_name", lambda device_id=0: device_name)
+    clear_device_name_cache()
     try:
         yield cp
     finally:
@@ -120,6 +135,7 @@ def mocked_device_name(device_name: str):
             object.__delattr__(cp, "get_device_name")
         else:
             object.__setattr__(cp, "get_device_name", saved)
+        clear_device_name_cache()
 
 
 class _Collect(logging.Handler):

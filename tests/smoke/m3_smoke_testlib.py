@@ -28,6 +28,24 @@ TABLES = [
     "E=16,N=3072,device_name=AMD_Instinct_MI300X,dtype=fp8_w8a8,block_shape=[128,128].json",
 ]
 CONFIGS = "model_executor/layers/fused_moe/configs"
+
+
+def _family_devices() -> list[str]:
+    """Devices the stand-in target installs the tables for as well (image.yaml: tables_also_for)."""
+    import yaml
+
+    spec = yaml.safe_load((REPO / "image.yaml").read_text())
+    return list(spec["targets"]["standin"].get("tables_also_for", []))
+
+
+def _copies() -> dict[str, str]:
+    """Family copies the builder installs: lookup name -> device (builder.table_names)."""
+    from builder.table_names import retarget
+
+    return {retarget(name, device): device for device in _family_devices() for name in TABLES}
+
+
+COPIES = _copies()      # e.g. the MI300X tables under AMD_Instinct_MI325X names
 GOLDEN = SMOKE / "golden" / "m3_moe_native_mxfp8.json"
 
 sys.path.insert(0, str(SMOKE))
@@ -61,21 +79,34 @@ class Tree:
     def vllm(self) -> Path:
         return self.site / "vllm"
 
+    @property
+    def table_devices(self) -> dict[str, str]:
+        return {name: device for name, device in COPIES.items() if name in self.tables}
+
     def write_manifest(self, **overrides) -> Path:
         from builder.manifest import tree_manifest
 
-        m = tree_manifest(
-            self.vllm, [p for p in self.patched if (self.vllm / p).exists()], self.tables, GOLDEN
-        )
+        m = tree_manifest(self.vllm, [p for p in self.patched if (self.vllm / p).exists()],
+                          self.tables, GOLDEN, table_devices=self.table_devices)
         m.update(overrides)
         self.manifest.write_text(json.dumps(m, indent=1))
         return self.manifest
 
 
 def install_tables(vllm: Path) -> list[str]:
+    """The measured tables under their own names, then their family copies (same bytes)."""
     for name in TABLES:
         shutil.copyfile(TUNING / name, vllm / CONFIGS / name)
-    return list(TABLES)
+        for copy, device in COPIES.items():
+            if copy == _retarget(name, device):
+                shutil.copyfile(TUNING / name, vllm / CONFIGS / copy)
+    return list(TABLES) + list(COPIES)
+
+
+def _retarget(name: str, device: str) -> str:
+    from builder.table_names import retarget
+
+    return retarget(name, device)
 
 
 def replace_file(path: Path, text: str) -> None:

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from builder.lock import content_tag, read_lock
+from builder.lock import content_tag, read_lock_document
 
 REPO = Path(__file__).resolve().parents[2]
 TARGET = "standin-4a560dd"
@@ -80,7 +80,7 @@ def project(tmp_path_factory, registry, standin_base, pinned_base) -> Path:
 def locked(project) -> dict:
     result = builder(project, "lock", "--target", TARGET)
     assert result.returncode == 0, result.stderr
-    return read_lock(project / "locks" / f"{TARGET}.lock.yaml").to_doc()
+    return read_lock_document(project / "locks" / f"{TARGET}.lock.yaml")
 
 
 @pytest.fixture(scope="module")
