@@ -17,12 +17,28 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-SERIES = ["patches/series", "patches/series.v0.30.0", "patches/series.v0.34.0", "patches/series.pinned-4a560dd"]
+SERIES = [
+    "patches/series",
+    "patches/series.v0.30.0",
+    "patches/series.v0.34.0",
+    "patches/series.pinned-4a560dd",
+]
 
 
 def run(versions: str, cache: Path, out: Path) -> float:
-    cmd = [sys.executable, "-m", "builder", "--quiet", "matrix", versions, "--cache-dir", str(cache),
-           "--output", str(out), *[a for s in SERIES for a in ("--series", s)]]
+    cmd = [
+        sys.executable,
+        "-m",
+        "builder",
+        "--quiet",
+        "matrix",
+        versions,
+        "--cache-dir",
+        str(cache),
+        "--output",
+        str(out),
+        *[a for s in SERIES for a in ("--series", s)],
+    ]
     start = time.monotonic()
     result = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
     elapsed = time.monotonic() - start
@@ -42,15 +58,22 @@ def main() -> None:
         cold = run(args.versions, scratch / "cache", scratch / "cold.md")
         size = sum(p.stat().st_size for p in (scratch / "cache").rglob("*.whl"))
         count = len(list((scratch / "cache").rglob("*.whl")))
-        warm = sorted(run(args.versions, scratch / "cache", scratch / "warm.md") for _ in range(args.warm_runs))
+        warm = sorted(
+            run(args.versions, scratch / "cache", scratch / "warm.md")
+            for _ in range(args.warm_runs)
+        )
         same = (scratch / "cold.md").read_bytes() == (scratch / "warm.md").read_bytes()
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     print(f"matrix {args.versions}: {count} releases x {len(SERIES)} series")
-    print(f"  cold cache: {cold:.1f} s ({size / 1e6:.0f} MB of wheels downloaded and sha256-checked, "
-          f"{size / 1e6 / cold:.0f} MB/s overall)")
-    print(f"  warm cache: {warm[len(warm) // 2]:.1f} s (median of {len(warm)}: "
-          f"{', '.join(f'{w:.1f}' for w in warm)})")
+    print(
+        f"  cold cache: {cold:.1f} s ({size / 1e6:.0f} MB of wheels downloaded and sha256-checked, "
+        f"{size / 1e6 / cold:.0f} MB/s overall)"
+    )
+    print(
+        f"  warm cache: {warm[len(warm) // 2]:.1f} s (median of {len(warm)}: "
+        f"{', '.join(f'{w:.1f}' for w in warm)})"
+    )
     print(f"  reports identical: {same}")
 
 

@@ -47,14 +47,26 @@ def _place(delta: Path, image_path: PurePosixPath, data: bytes, executable: bool
 
 
 def smoke_manifest(inputs: Inputs, tree: PatchedTree) -> dict:
-    goldens = sorted(p for p in (SMOKE_DIR / "golden").glob("*") if p.is_file()) if (SMOKE_DIR / "golden").is_dir() else []
+    goldens = (
+        sorted(p for p in (SMOKE_DIR / "golden").glob("*") if p.is_file())
+        if (SMOKE_DIR / "golden").is_dir()
+        else []
+    )
     # a copy installed for another device of the family (spec: tables_also_for) is checked under
     # that device's name; every other table under the target's device
-    copies = {t.name: device_of(t.name) for t in inputs.tables if t.name != t.source.name and device_of(t.name)}
-    return image_manifest(target=inputs.target.name, vllm_root=str(inputs.target.vllm_root), patched_files=tree.post,
-                          tables=[(t.name, t.sha256) for t in inputs.tables],
-                          golden=str(SMOKE_INSTALL / "golden" / goldens[0].name) if goldens else None,
-                          table_devices=copies)
+    copies: dict[str, str] = {}
+    for t in inputs.tables:
+        device = device_of(t.name)
+        if t.name != t.source.name and device:
+            copies[t.name] = device
+    return image_manifest(
+        target=inputs.target.name,
+        vllm_root=str(inputs.target.vllm_root),
+        patched_files=tree.post,
+        tables=[(t.name, t.sha256) for t in inputs.tables],
+        golden=str(SMOKE_INSTALL / "golden" / goldens[0].name) if goldens else None,
+        table_devices=copies,
+    )
 
 
 def write_context(

@@ -33,11 +33,40 @@ def _source_files(root: Path) -> list[Path]:
 # (commands, delivery, registry client, validation, verification, logging, errors) move or
 # check images without changing them, so editing them leaves every lock and content tag alone.
 # tests/builder/test_inputs.py fails when a module is in neither list.
-IMAGE_SHAPING = ("assemble.py", "base.py", "context.py", "dockerfile.py", "engine.py", "hashing.py",
-                 "image_layout.py", "inputs.py", "layer.py", "lock.py", "manifest.py", "patchstack.py",
-                 "provenance.py", "reference.py", "spec.py", "table_names.py", "tree.py", "workflow.py")
-NOT_IMAGE_SHAPING = ("__init__.py", "__main__.py", "cli.py", "commands/*.py", "delivery.py", "errors.py",
-                     "log.py", "matrix.py", "pypi.py", "registry.py", "validate.py", "verify.py")
+IMAGE_SHAPING = (
+    "assemble.py",
+    "base.py",
+    "context.py",
+    "dockerfile.py",
+    "engine.py",
+    "hashing.py",
+    "image_layout.py",
+    "inputs.py",
+    "layer.py",
+    "lock.py",
+    "manifest.py",
+    "patchstack.py",
+    "provenance.py",
+    "reference.py",
+    "spec.py",
+    "table_names.py",
+    "tree.py",
+    "workflow.py",
+)
+NOT_IMAGE_SHAPING = (
+    "__init__.py",
+    "__main__.py",
+    "cli.py",
+    "commands/*.py",
+    "delivery.py",
+    "errors.py",
+    "log.py",
+    "matrix.py",
+    "pypi.py",
+    "registry.py",
+    "validate.py",
+    "verify.py",
+)
 
 
 def image_shaping_files() -> list[Path]:

@@ -31,7 +31,15 @@ _HEADER_RE = re.compile(r"^(?:---|\+\+\+) (\S+)")
 _GIT_HEADER_RE = re.compile(r"^diff --git (\S+) (\S+)$")
 _HUNK_RE = re.compile(r"^@@ -\d+(?:,(\d+))? \+\d+(?:,(\d+))? @@")
 _HUNK_FAILED_RE = re.compile(r"^Hunk #(\d+) FAILED at (\d+)")
-_GIT_EXTENDED = ("index ", "new file mode", "deleted file mode", "similarity", "rename ", "old mode", "new mode")
+_GIT_EXTENDED = (
+    "index ",
+    "new file mode",
+    "deleted file mode",
+    "similarity",
+    "rename ",
+    "old mode",
+    "new mode",
+)
 _PATCHING_RE = re.compile(r"^(?:checking|patching) file '?([^']+?)'?$")
 
 
@@ -162,7 +170,7 @@ def file_sections(patch: Patch) -> list[tuple[str, str]]:
     """The patch cut into one self-contained diff per file it touches, in order:
     ``[(path relative to the parent of vllm/, diff text), ...]`` (headers kept, hunks whole)."""
     sections: list[list[str]] = []
-    pending: list[str] = []          # git header lines seen before the ---/+++ pair
+    pending: list[str] = []  # git header lines seen before the ---/+++ pair
     old_left = new_left = 0
     for line in patch.path.read_text().splitlines(keepends=True):
         if old_left > 0 or new_left > 0:
@@ -185,12 +193,14 @@ def file_sections(patch: Patch) -> list[tuple[str, str]]:
             sections[-1].append(line)
         elif pending and line.startswith(_GIT_EXTENDED):
             pending.append(line)
-        elif line.startswith("\\") and sections:     # "\ No newline at end of file" after a hunk
+        elif line.startswith("\\") and sections:  # "\ No newline at end of file" after a hunk
             sections[-1].append(line)
         # anything else outside a hunk (the description, a mail signature) belongs to no file
     out = []
     for lines in sections:
-        paths = [m.group(1) for m in map(_HEADER_RE.match, lines[:4]) if m and m.group(1) != "/dev/null"]
+        paths = [
+            m.group(1) for m in map(_HEADER_RE.match, lines[:4]) if m and m.group(1) != "/dev/null"
+        ]
         rel = PurePosixPath(*PurePosixPath(paths[-1]).parts[1:]).as_posix()
         out.append((rel, "".join(lines)))
     return out
@@ -235,7 +245,7 @@ def run_patch(tree: Path, patch: Path, *args: str) -> subprocess.CompletedProces
 
 @dataclass(frozen=True)
 class FailedHunk:
-    file: str                       # as GNU patch names it (vllm/...)
+    file: str  # as GNU patch names it (vllm/...)
     hunk: int
     line: int
 
@@ -258,8 +268,10 @@ def _conflict(patch: Patch, forward: subprocess.CompletedProcess) -> PatchError:
     failed = failed_hunks(forward.stdout)
     if failed:
         first = failed[0]
-        return PatchError(f"{patch.name}: {first.file}: hunk #{first.hunk} does not apply at line {first.line} "
-                          "(zero fuzz; neither applicable nor already applied); nothing was changed")
+        return PatchError(
+            f"{patch.name}: {first.file}: hunk #{first.hunk} does not apply at line {first.line} "
+            "(zero fuzz; neither applicable nor already applied); nothing was changed"
+        )
     reason = " ".join((forward.stdout + forward.stderr).split())[:300]
     return PatchError(
         f"{patch.name}: neither applicable nor already applied; nothing was changed ({reason})"
@@ -268,8 +280,8 @@ def _conflict(patch: Patch, forward: subprocess.CompletedProcess) -> PatchError:
 
 @dataclass(frozen=True)
 class DryRun:
-    result: str                     # "applies" | "already-applied" | "conflict"
-    detail: str                     # GNU patch's report
+    result: str  # "applies" | "already-applied" | "conflict"
+    detail: str  # GNU patch's report
     failed: tuple[FailedHunk, ...]  # for a conflict: the hunks the forward run could not place
 
 
@@ -282,7 +294,9 @@ def dry_run(patch_file: Path, tree: Path) -> DryRun:
     reverse = run_patch(tree, Path(patch_file), "--reverse", "--dry-run")
     if reverse.returncode == 0:
         return DryRun("already-applied", reverse.stdout.strip(), ())
-    return DryRun("conflict", (forward.stdout + forward.stderr).strip(), tuple(failed_hunks(forward.stdout)))
+    return DryRun(
+        "conflict", (forward.stdout + forward.stderr).strip(), tuple(failed_hunks(forward.stdout))
+    )
 
 
 def apply_patch(patch: Patch, tree: Path) -> Outcome:

@@ -41,7 +41,15 @@ def image_labels(lock: Lock, extra: Mapping[str, str]) -> dict[str, str]:
     if copies:
         # tables installed for another device of the family (spec: tables_also_for)
         labels[f"{NS}.tables.copies"] = json.dumps(
-            [{"file": t.installs_as.rsplit("/", 1)[-1], "sha256": t.sha256, "copy_of": t.name,
-              "measured_on": device_of(t.name) or "unknown"} for t in copies],
-            separators=(",", ":"))
+            [
+                {
+                    "file": t.installs_as.rsplit("/", 1)[-1],
+                    "sha256": t.sha256,
+                    "copy_of": t.name,
+                    "measured_on": device_of(t.name) or "unknown",
+                }
+                for t in copies
+            ],
+            separators=(",", ":"),
+        )
     return {**labels, **extra}

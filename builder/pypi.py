@@ -33,7 +33,7 @@ from builder.errors import BuilderError
 
 DEFAULT_INDEX = os.environ.get("M3_PYPI_URL", "https://pypi.org")
 PROJECT = "vllm"
-_VERSION_RE = re.compile(r"^\d+(?:\.\d+)*$")     # final releases only (no rc, dev, post)
+_VERSION_RE = re.compile(r"^\d+(?:\.\d+)*$")  # final releases only (no rc, dev, post)
 _CHUNK = 1 << 20
 
 
@@ -57,7 +57,12 @@ def version_key(version: str) -> tuple[int, ...]:
 class PyPI:
     """One index, one project; the release list is fetched once per instance."""
 
-    def __init__(self, index: str = DEFAULT_INDEX, project: str = PROJECT, session: requests.Session | None = None):
+    def __init__(
+        self,
+        index: str = DEFAULT_INDEX,
+        project: str = PROJECT,
+        session: requests.Session | None = None,
+    ):
         self.index = index.rstrip("/")
         self.project = project
         self.session = session or requests.Session()
@@ -80,14 +85,19 @@ class PyPI:
                 if not isinstance(releases, dict):
                     raise TypeError
             except (ValueError, KeyError, TypeError):
-                raise PyPIError(f"{self.json_url}: not a PyPI JSON API answer (no 'releases' mapping)") from None
+                raise PyPIError(
+                    f"{self.json_url}: not a PyPI JSON API answer (no 'releases' mapping)"
+                ) from None
             self._releases = releases
         return self._releases
 
     def versions(self) -> list[str]:
         """Final, non-yanked releases that have files, oldest first."""
-        out = [v for v, files in self.releases().items()
-               if _VERSION_RE.match(v) and files and not all(f.get("yanked") for f in files)]
+        out = [
+            v
+            for v, files in self.releases().items()
+            if _VERSION_RE.match(v) and files and not all(f.get("yanked") for f in files)
+        ]
         return sorted(out, key=version_key)
 
     def expand(self, specs: list[str]) -> list[str]:
@@ -100,7 +110,9 @@ class PyPI:
                 low, high = spec.split("..", 1)
                 for end in (low, high):
                     self._require(end, known)
-                picked = [v for v in known if version_key(low) <= version_key(v) <= version_key(high)]
+                picked = [
+                    v for v in known if version_key(low) <= version_key(v) <= version_key(high)
+                ]
             else:
                 self._require(spec, known)
                 picked = [spec]
@@ -124,8 +136,13 @@ class PyPI:
         sha = (f.get("digests") or {}).get("sha256", "")
         if not re.fullmatch(r"[0-9a-f]{64}", sha):
             raise PyPIError(f"{self.json_url}: {f['filename']}: no sha256 digest")
-        return ReleaseFile(version=version, filename=f["filename"], url=urljoin(self.json_url, f["url"]),
-                           sha256=sha, size=int(f.get("size") or 0))
+        return ReleaseFile(
+            version=version,
+            filename=f["filename"],
+            url=urljoin(self.json_url, f["url"]),
+            sha256=sha,
+            size=int(f.get("size") or 0),
+        )
 
     def fetch(self, release: ReleaseFile, cache_dir: Path) -> tuple[Path, bool]:
         """The verified wheel in the cache: ``(path, downloaded)``; downloads it when missing."""
@@ -145,11 +162,15 @@ class PyPI:
                             digest.update(chunk)
                             tmp.write(chunk)
                 except requests.RequestException as exc:
-                    raise PyPIError(f"{release.url}: download failed ({type(exc).__name__})") from None
+                    raise PyPIError(
+                        f"{release.url}: download failed ({type(exc).__name__})"
+                    ) from None
                 tmp.flush()
                 if digest.hexdigest() != release.sha256:
-                    raise PyPIError(f"{release.filename}: sha256 {digest.hexdigest()} does not match PyPI's "
-                                    f"{release.sha256}; nothing was cached")
+                    raise PyPIError(
+                        f"{release.filename}: sha256 {digest.hexdigest()} does not match PyPI's "
+                        f"{release.sha256}; nothing was cached"
+                    )
                 os.replace(tmp.name, path)
             finally:
                 if os.path.exists(tmp.name):

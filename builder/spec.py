@@ -286,8 +286,19 @@ def _merge(
     return merged
 
 
-_TARGET_KEYS = {"description", "base", "vllm", "series", "expect", "tables", "tables_also_for", "output", "labels",
-                "env", "lock"}
+_TARGET_KEYS = {
+    "description",
+    "base",
+    "vllm",
+    "series",
+    "expect",
+    "tables",
+    "tables_also_for",
+    "output",
+    "labels",
+    "env",
+    "lock",
+}
 
 
 def _read_pin(r: _Reader, key: str, pin: Path) -> str:
@@ -309,7 +320,9 @@ def _load_target(r: _Reader, name: str, doc: Any) -> Target | UnpinnedTarget:
     key = f"targets.{name}"
     r.string(name, key, NAME_RE, "target name")
     root = r.file.parent
-    doc = r.mapping(doc, key, _TARGET_KEYS, _TARGET_KEYS - {"description", "labels", "env", "tables_also_for"})
+    doc = r.mapping(
+        doc, key, _TARGET_KEYS, _TARGET_KEYS - {"description", "labels", "env", "tables_also_for"}
+    )
 
     base_doc = r.mapping(
         doc["base"], f"{key}.base", {"image", "digest", "digest_file", "platform"}, {"image"}
@@ -402,21 +415,31 @@ def _load_target(r: _Reader, name: str, doc: Any) -> Target | UnpinnedTarget:
     # (same chip family; e.g. MI325X: gfx942 like MI300X). The bytes stay the measured ones.
     also = doc.get("tables_also_for", [])
     if not isinstance(also, list):
-        raise r.fail(f"{key}.tables_also_for", f"expected a list of vLLM device names, got {also!r}")
+        raise r.fail(
+            f"{key}.tables_also_for", f"expected a list of vLLM device names, got {also!r}"
+        )
     for j, device in enumerate(also):
         device = r.string(device, f"{key}.tables_also_for[{j}]")
-        for i, table in enumerate(list(tables[:len(doc["tables"])])):
+        for i, table in enumerate(list(tables[: len(doc["tables"])])):
             try:
                 tables.append(Table(source=table.source, name=retarget(table.name, device)))
             except ValueError as exc:
-                raise r.fail(f"{key}.tables_also_for[{j}]", f"cannot install tables[{i}] for {device!r}: {exc}") from None
+                raise r.fail(
+                    f"{key}.tables_also_for[{j}]",
+                    f"cannot install tables[{i}] for {device!r}: {exc}",
+                ) from None
     names = [t.name for t in tables]
     for i, table_name in enumerate(names):
         if table_name in names[:i]:
             first, n = names.index(table_name), len(doc["tables"])
-            where = f"tables[{i}]" if i < n else f"tables_also_for (copy of {tables[i].source.name})"
-            raise r.fail(f"{key}.tables", f"two tables install under the same name {table_name!r} "
-                                          f"(tables[{first}] and {where})")
+            where = (
+                f"tables[{i}]" if i < n else f"tables_also_for (copy of {tables[i].source.name})"
+            )
+            raise r.fail(
+                f"{key}.tables",
+                f"two tables install under the same name {table_name!r} "
+                f"(tables[{first}] and {where})",
+            )
 
     output = r.mapping(doc["output"], f"{key}.output", {"repository", "aliases"}, {"repository"})
     repository = r.string(

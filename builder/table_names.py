@@ -1,6 +1,7 @@
 """vLLM's fused-MoE table file names, and re-targeting a measured table to another device name.
 
-vLLM looks a tuned table up as ``E=<E>,N=<N>,device_name=<device>[,dtype=...][,block_shape=...].json``
+vLLM looks a tuned table up as
+``E=<E>,N=<N>,device_name=<device>[,dtype=...][,block_shape=...].json``
 in ``fused_moe/configs/``, where ``<device>`` is ``current_platform.get_device_name()`` with
 spaces replaced by underscores. Devices of one chip family that vLLM names differently (MI325X is
 gfx942 with MI300X's 304 compute units) can share a table measured on one of them: the same bytes
@@ -44,7 +45,9 @@ def spec_table_names(spec_file) -> list[str]:
     try:
         doc = yaml.safe_load(Path(spec_file).read_text())
     except (OSError, yaml.YAMLError) as exc:
-        raise ValueError(f"{spec_file}: cannot read the spec ({getattr(exc, 'strerror', None) or exc})") from None
+        raise ValueError(
+            f"{spec_file}: cannot read the spec ({getattr(exc, 'strerror', None) or exc})"
+        ) from None
     definitions = (doc or {}).get("definitions") or {}
 
     def field(entry: dict, key: str) -> list:
@@ -63,5 +66,7 @@ def spec_table_names(spec_file) -> list[str]:
     names: list[str] = []
     for target in ((doc or {}).get("targets") or {}).values():
         tables = [PurePosixPath(str(t)).name for t in field(target or {}, "tables")]
-        names += tables + [retarget(t, d) for d in field(target or {}, "tables_also_for") for t in tables]
+        names += tables + [
+            retarget(t, d) for d in field(target or {}, "tables_also_for") for t in tables
+        ]
     return list(dict.fromkeys(names))

@@ -2,11 +2,14 @@
 local registry and pin the spec targets that use them; prints one reference per base.
 
 1. ``m3-image/standin-base:vllm-0.24.0`` (Debian + torch CPU + vLLM 0.24.0) -> target ``standin``;
-2. ``m3-image/standin-base:vllm-4a560dd`` (1. + the pinned revision's bytes) -> target ``standin-4a560dd``.
+2. ``m3-image/standin-base:vllm-4a560dd`` (1. + the pinned revision's bytes)
+   -> target ``standin-4a560dd``.
 
-With ``--vllm-version 0.30.0`` (or 0.34.0), the stand-in of that release for its ported stack instead:
+With ``--vllm-version 0.30.0`` (or 0.34.0), the stand-in of that release for its ported stack
+instead:
 ``m3-image/standin-base:vllm-<version>``, built on base 1. (reused whole) plus one layer of the
-release's extra packages and its own sources -> the target whose base is that tag (``standin-v0-30``).
+release's extra packages and its own sources -> the target whose base is that tag
+(``standin-v0-30``).
 """
 
 from __future__ import annotations
@@ -56,34 +59,64 @@ def pin_targets(spec_file: Path, pins: dict[str, StandinBase]) -> list[Path]:
 
 
 def release_target(spec_file: Path, base: StandinBase) -> str:
-    """The one spec target built on the release stand-in ``base`` (its base.image is the base's tag)."""
+    """The one spec target built on the release stand-in ``base``.
+
+    Its base.image is the base's tag.
+    """
     spec = load_spec(spec_file)
     image = f"{base.repository}:{base.local_tag.split(':', 1)[1]}"
-    names = sorted(name for name, t in spec.targets.items()
-                   if (t.image if isinstance(t, UnpinnedTarget) else t.base.image) == image)
+    names = sorted(
+        name
+        for name, t in spec.targets.items()
+        if (t.image if isinstance(t, UnpinnedTarget) else t.base.image) == image
+    )
     if len(names) != 1:
-        raise SpecError(f"{spec.file}: targets: {len(names) or 'no'} targets are built on {image} "
-                        f"({', '.join(names) or 'none'}); name the one to pin with --target")
+        raise SpecError(
+            f"{spec.file}: targets: {len(names) or 'no'} targets are built on {image} "
+            f"({', '.join(names) or 'none'}); name the one to pin with --target"
+        )
     return names[0]
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m standin", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--spec", type=Path, default=Path("image.yaml"), help="build spec (default: image.yaml)")
-    parser.add_argument("--cache-dir", type=Path, default=Path("build/cache"),
-                        help="build cache root (default: build/cache)")
-    parser.add_argument("--registry", default="127.0.0.1:5000",
-                        help="registry to push to (default: 127.0.0.1:5000)")
-    parser.add_argument("--vllm-version", default=VLLM_VERSION, choices=sorted(WHEELS),
-                        help=f"the vLLM release the stand-in carries (default: {VLLM_VERSION}; "
-                             "another one builds only that release's stand-in, on the default base)")
-    parser.add_argument("--target", default=None,
-                        help="target pinned to the base (default: standin; for another release, the target "
-                             "whose base.image is its stand-in tag)")
-    parser.add_argument("--pinned-target", default="standin-4a560dd",
-                        help="target pinned to the 4a560dd base (default: standin-4a560dd)")
-    parser.add_argument("--no-pin", action="store_true", help="build and push only; leave the spec's pins alone")
+    parser = argparse.ArgumentParser(
+        prog="python -m standin",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--spec", type=Path, default=Path("image.yaml"), help="build spec (default: image.yaml)"
+    )
+    parser.add_argument(
+        "--cache-dir",
+        type=Path,
+        default=Path("build/cache"),
+        help="build cache root (default: build/cache)",
+    )
+    parser.add_argument(
+        "--registry", default="127.0.0.1:5000", help="registry to push to (default: 127.0.0.1:5000)"
+    )
+    parser.add_argument(
+        "--vllm-version",
+        default=VLLM_VERSION,
+        choices=sorted(WHEELS),
+        help=f"the vLLM release the stand-in carries (default: {VLLM_VERSION}; "
+        "another one builds only that release's stand-in, on the default base)",
+    )
+    parser.add_argument(
+        "--target",
+        default=None,
+        help="target pinned to the base (default: standin; for another release, the target "
+        "whose base.image is its stand-in tag)",
+    )
+    parser.add_argument(
+        "--pinned-target",
+        default="standin-4a560dd",
+        help="target pinned to the 4a560dd base (default: standin-4a560dd)",
+    )
+    parser.add_argument(
+        "--no-pin", action="store_true", help="build and push only; leave the spec's pins alone"
+    )
     parser.add_argument("--quiet", action="store_true", help="print only the references")
     args = parser.parse_args(argv)
 
@@ -94,9 +127,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         engine = Engine.connect()
         if args.vllm_version != VLLM_VERSION:
-            release = build_standin_base(engine, args.cache_dir, registry=args.registry, log=log,
-                                         version=args.vllm_version)
-            log(f"standin: image {release.local_tag} {release.image_id[:19]} size {release.size / 2**20:.0f} MiB")
+            release = build_standin_base(
+                engine, args.cache_dir, registry=args.registry, log=log, version=args.vllm_version
+            )
+            log(
+                f"standin: image {release.local_tag} {release.image_id[:19]} "
+                f"size {release.size / 2**20:.0f} MiB"
+            )
             if not args.no_pin:
                 name = args.target or release_target(args.spec, release)
                 for path in pin_targets(args.spec, {name: release}):
@@ -112,7 +149,9 @@ def main(argv: list[str] | None = None) -> int:
         pinned = build_pinned_base(engine, base, registry=args.registry, log=log)
         log(f"standin: image {pinned.local_tag} {pinned.image_id[:19]}")
         if not args.no_pin:
-            for path in pin_targets(args.spec, {args.target or "standin": base, args.pinned_target: pinned}):
+            for path in pin_targets(
+                args.spec, {args.target or "standin": base, args.pinned_target: pinned}
+            ):
                 log(f"standin: pinned {path}")
     except BuilderError as exc:
         print(f"error: {exc}", file=sys.stderr)

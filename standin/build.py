@@ -51,8 +51,12 @@ REQUIREMENTS_PATH = REPO_ROOT / "requirements" / "vllm-runtime.txt"
 
 
 def extra_requirements(version: str) -> Path:
-    """What a non-default release needs beyond the shared site (requirements/vllm-runtime-<v>.txt)."""
+    """What a non-default release needs beyond the shared site.
+
+    The file is requirements/vllm-runtime-<v>.txt.
+    """
     return REPO_ROOT / "requirements" / f"vllm-runtime-{version}.txt"
+
 
 SUITE = "bookworm"
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
@@ -134,14 +138,26 @@ def _image_fingerprint(rootfs_fp: str, site_fp: str) -> str:
 
 def _release_fingerprint(default_fp: str, version: str) -> str:
     """Another release's stand-in: the default base's inputs, its own extras, its template."""
-    return _digest({"default": default_fp, "extra": _extra_fingerprint(version),
-                    "template": RELEASE_TEMPLATE_PATH.read_text()})
+    return _digest(
+        {
+            "default": default_fp,
+            "extra": _extra_fingerprint(version),
+            "template": RELEASE_TEMPLATE_PATH.read_text(),
+        }
+    )
 
 
 def _extra_fingerprint(version: str) -> str:
-    return _digest({"version": version, "wheel": pinned(version)[1], "python": PYTHON_TAG,
-                    "platforms": WHEEL_PLATFORMS, "requirements": extra_requirements(version).read_text(),
-                    "layout": 1})
+    return _digest(
+        {
+            "version": version,
+            "wheel": pinned(version)[1],
+            "python": PYTHON_TAG,
+            "platforms": WHEEL_PLATFORMS,
+            "requirements": extra_requirements(version).read_text(),
+            "layout": 1,
+        }
+    )
 
 
 # --------------------------------------------------------------------------- helpers
@@ -300,6 +316,7 @@ def _import_rootfs(engine: Engine, tar_path: Path, log: Log) -> str:
 
 # --------------------------------------------------------------------------- stage 2: site
 
+
 def _extract_dist_info(cache_root: Path, target: Path, version: str = VLLM_VERSION) -> None:
     """vLLM's ``.dist-info`` from the pinned wheel: the real image has vLLM pip-installed, and
     vLLM reads its own version through importlib.metadata (platform detection)."""
@@ -382,14 +399,34 @@ def _extra_site_dir(cache_dir: Path, cache: Path, version: str, log: Log, timing
     try:
         target = staging / "site"
         platforms = [arg for platform in WHEEL_PLATFORMS for arg in ("--platform", platform)]
-        cmd = [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-               "--no-compile", "--no-warn-script-location", "--only-binary=:all:", "--no-deps",
-               "--python-version", PYTHON_TAG, "--implementation", "cp", *platforms,
-               "--target", str(target), "-r", str(extra_requirements(version))]
+        cmd = [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            "--no-compile",
+            "--no-warn-script-location",
+            "--only-binary=:all:",
+            "--no-deps",
+            "--python-version",
+            PYTHON_TAG,
+            "--implementation",
+            "cp",
+            *platforms,
+            "--target",
+            str(target),
+            "-r",
+            str(extra_requirements(version)),
+        ]
         log(f"standin: pip install --target --no-deps ({extra_requirements(version).name})")
         result = subprocess.run(cmd, capture_output=True, text=True)
         if result.returncode != 0:
-            raise BuilderError(f"pip install of {extra_requirements(version).name} failed: {_last_line(result.stderr)}")
+            raise BuilderError(
+                f"pip install of {extra_requirements(version).name} failed: "
+                f"{_last_line(result.stderr)}"
+            )
         shutil.rmtree(target / "bin", ignore_errors=True)
         _extract_dist_info(cache_dir, target, version)
         target.replace(site)
@@ -453,24 +490,61 @@ def render_dockerfile(**values: str) -> str:
     return render_template(TEMPLATE_PATH.name, **values)
 
 
-def _build_image(engine: Engine, rootfs_image: str, site: Path, vllm_tree: Path,
-                 fingerprint: str, cache: Path, log: Log) -> str:
-    dockerfile = render_dockerfile(rootfs_image=rootfs_image, site_packages=SITE_PACKAGES,
-                                   python=PYTHON, vllm_version=VLLM_VERSION, suite=SUITE,
-                                   fingerprint_label=FINGERPRINT_LABEL, fingerprint=fingerprint)
+def _build_image(
+    engine: Engine,
+    rootfs_image: str,
+    site: Path,
+    vllm_tree: Path,
+    fingerprint: str,
+    cache: Path,
+    log: Log,
+) -> str:
+    dockerfile = render_dockerfile(
+        rootfs_image=rootfs_image,
+        site_packages=SITE_PACKAGES,
+        python=PYTHON,
+        vllm_version=VLLM_VERSION,
+        suite=SUITE,
+        fingerprint_label=FINGERPRINT_LABEL,
+        fingerprint=fingerprint,
+    )
     return _build(engine, dockerfile, {"site": site, "vllm": vllm_tree}, LOCAL_TAG, cache, log)
 
 
-def _build_release_image(engine: Engine, default_base: str, version: str, extra_site: Path, vllm_tree: Path,
-                         fingerprint: str, cache: Path, log: Log) -> str:
-    dockerfile = render_template(RELEASE_TEMPLATE_PATH.name, default_base=default_base, site_packages=SITE_PACKAGES,
-                                 python=PYTHON, vllm_version=version, shared_version=VLLM_VERSION, suite=SUITE,
-                                 fingerprint_label=FINGERPRINT_LABEL, fingerprint=fingerprint)
-    return _build(engine, dockerfile, {"site-extra": extra_site, "vllm": vllm_tree}, local_tag_for(version),
-                  cache, log)
+def _build_release_image(
+    engine: Engine,
+    default_base: str,
+    version: str,
+    extra_site: Path,
+    vllm_tree: Path,
+    fingerprint: str,
+    cache: Path,
+    log: Log,
+) -> str:
+    dockerfile = render_template(
+        RELEASE_TEMPLATE_PATH.name,
+        default_base=default_base,
+        site_packages=SITE_PACKAGES,
+        python=PYTHON,
+        vllm_version=version,
+        shared_version=VLLM_VERSION,
+        suite=SUITE,
+        fingerprint_label=FINGERPRINT_LABEL,
+        fingerprint=fingerprint,
+    )
+    return _build(
+        engine,
+        dockerfile,
+        {"site-extra": extra_site, "vllm": vllm_tree},
+        local_tag_for(version),
+        cache,
+        log,
+    )
 
 
-def _build(engine: Engine, dockerfile: str, trees: dict[str, Path], local_tag: str, cache: Path, log: Log) -> str:
+def _build(
+    engine: Engine, dockerfile: str, trees: dict[str, Path], local_tag: str, cache: Path, log: Log
+) -> str:
     with tempfile.TemporaryFile(dir=cache, prefix=".context-") as context:
         write_context(context, dockerfile, trees)
         log(f"standin: build context {context.tell() / 2**20:.0f} MiB; building {local_tag}")
@@ -529,8 +603,13 @@ def labels_of(engine: Engine, reference: str) -> dict[str, str] | None:
     return engine.inspect(image_id)["Config"].get("Labels") or {}
 
 
-def build_standin_base(engine: Engine, cache_dir: Path, registry: str = "127.0.0.1:5000",
-                       log: Log = print, version: str = VLLM_VERSION) -> StandinBase:
+def build_standin_base(
+    engine: Engine,
+    cache_dir: Path,
+    registry: str = "127.0.0.1:5000",
+    log: Log = print,
+    version: str = VLLM_VERSION,
+) -> StandinBase:
     """Build (or reuse) ``m3-image/standin-base:vllm-<version>`` (0.24.0 by default) and push it
     to ``registry``. Another release is built on top of the default base, which it reuses whole:
     its extra packages (``requirements/vllm-runtime-<version>.txt``) and its own vLLM tree.
@@ -540,7 +619,7 @@ def build_standin_base(engine: Engine, cache_dir: Path, registry: str = "127.0.0
     ``<cache_dir>/standin/``. Everything goes through the builder's :class:`Engine`.
     Raises :class:`BuilderError` (one line) on any failure.
     """
-    pinned(version)                     # an unknown release fails before any work
+    pinned(version)  # an unknown release fails before any work
     if version != VLLM_VERSION:
         default = build_standin_base(engine, cache_dir, registry, log)
         return _build_release(engine, Path(cache_dir), registry, log, version, default)
@@ -573,37 +652,54 @@ def build_standin_base(engine: Engine, cache_dir: Path, registry: str = "127.0.0
         digest = push(engine, image_id, repository, TAG, log)
         timings["push_s"] = round(time.monotonic() - start, 1)
     size = int(engine.inspect(image_id).get("Size") or 0)
-    return StandinBase(local_tag=LOCAL_TAG, repository=repository, digest=digest,
-                       reference=f"{repository}@{digest}", image_id=image_id, size=size,
-                       timings=timings)
+    return StandinBase(
+        local_tag=LOCAL_TAG,
+        repository=repository,
+        digest=digest,
+        reference=f"{repository}@{digest}",
+        image_id=image_id,
+        size=size,
+        timings=timings,
+    )
 
 
-def _build_release(engine: Engine, cache_dir: Path, registry: str, log: Log, version: str,
-                   default: StandinBase) -> StandinBase:
+def _build_release(
+    engine: Engine, cache_dir: Path, registry: str, log: Log, version: str, default: StandinBase
+) -> StandinBase:
     """``m3-image/standin-base:vllm-<version>`` on top of the default base (by digest)."""
     cache = cache_dir / "standin"
     timings: dict = {}
     local_tag, tag = local_tag_for(version), f"vllm-{version}"
-    default_fp = (engine.inspect(default.image_id)["Config"].get("Labels") or {}).get(FINGERPRINT_LABEL, "")
+    default_fp = (engine.inspect(default.image_id)["Config"].get("Labels") or {}).get(
+        FINGERPRINT_LABEL, ""
+    )
     with _locked(cache / ".lock"):
         fingerprint = _release_fingerprint(default_fp, version)
         labels = labels_of(engine, local_tag)
         if labels is not None and labels.get(FINGERPRINT_LABEL) != fingerprint:
             log(f"standin: {local_tag} exists but was built from other inputs; rebuilding")
             labels = None
-        if labels is not None:
-            image_id = engine.image_id(local_tag)
+        found = engine.image_id(local_tag) if labels is not None else None
+        if found is not None:
+            image_id = found
             log(f"standin: reusing {local_tag} ({image_id[7:19]})")
         else:
             extra = _extra_site_dir(cache_dir, cache, version, log, timings)
             vllm_tree = vllm_site(cache_dir, version) / "vllm"
             start = time.monotonic()
-            image_id = _build_release_image(engine, default.reference, version, extra, vllm_tree, fingerprint,
-                                            cache, log)
+            image_id = _build_release_image(
+                engine, default.reference, version, extra, vllm_tree, fingerprint, cache, log
+            )
             timings["image_build_s"] = round(time.monotonic() - start, 1)
         start = time.monotonic()
         digest = push(engine, image_id, default.repository, tag, log)
         timings["push_s"] = round(time.monotonic() - start, 1)
-    return StandinBase(local_tag=local_tag, repository=default.repository, digest=digest,
-                       reference=f"{default.repository}@{digest}", image_id=image_id,
-                       size=int(engine.inspect(image_id).get("Size") or 0), timings=timings)
+    return StandinBase(
+        local_tag=local_tag,
+        repository=default.repository,
+        digest=digest,
+        reference=f"{default.repository}@{digest}",
+        image_id=image_id,
+        size=int(engine.inspect(image_id).get("Size") or 0),
+        timings=timings,
+    )

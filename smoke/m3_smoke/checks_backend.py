@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from m3_smoke.report import CheckFailed
 
 NATIVE_LINE = "Using native CDNA4 (gfx950) MXFP8 dot_scaled MoE backend."
 # What each vLLM release names its gfx950 MXFP8 backends. 0.24.0: NATIVE_MXFP8 + NATIVE_LINE.
 # 0.27.0 on: a backend list (AITER_MXFP8 with flydsl, else TRITON_MXFP8) and the oracle's
-# "Using '<backend>' MxFp8 MoE backend." (0.27-0.33) / "Using <backend> Mxfp8 MoE backend..." (0.34).
+# "Using '<backend>' MxFp8 MoE backend." (0.27-0.33) /
+# "Using <backend> Mxfp8 MoE backend..." (0.34).
 NATIVE_BACKENDS = ("NATIVE_MXFP8", "TRITON_MXFP8", "AITER_MXFP8")
 _SELECTED_RE = re.compile(r"^Using '?(?P<backend>[A-Z0-9_]+)'? (?i:mxfp8) MoE backend\b")
 EMULATION_LINE = "No native MXFP8 MoE backend available on this device"
@@ -100,12 +102,17 @@ def check_backend_marker_gfx950(mode: str, device_name: str) -> dict:
     }
     named = [m.group("backend") for m in map(_SELECTED_RE.match, log) if m]
     if NATIVE_LINE not in log and details["backend"] not in named:
-        raise CheckFailed(f"native gfx950 line not logged ({kind}); backend {details['backend']}", **details)
+        raise CheckFailed(
+            f"native gfx950 line not logged ({kind}); backend {details['backend']}", **details
+        )
     if marker in log or any(EMULATION_LINE in ln for ln in log):
         raise CheckFailed(f"gfx950 logged the converted/emulation line ({kind})", **details)
     if details["backend"] not in NATIVE_BACKENDS or "Emulation" in cls.__name__:
-        raise CheckFailed(f"gfx950 selected {details['backend']}, not a native MXFP8 backend "
-                          f"({', '.join(NATIVE_BACKENDS)})", **details)
+        raise CheckFailed(
+            f"gfx950 selected {details['backend']}, not a native MXFP8 backend "
+            f"({', '.join(NATIVE_BACKENDS)})",
+            **details,
+        )
     return details
 
 

@@ -119,8 +119,16 @@ def check_tables_installed(manifest: dict) -> dict:
                 )
     if problems:
         raise CheckFailed("; ".join(problems), problems=problems)
-    return {_label(d, dev, E, N): v for (d, E, N), v in sorted(seen.items(), key=lambda kv: (
-        _devices(manifest).index(kv[0][0]) if kv[0][0] in _devices(manifest) else 99, kv[0]))}
+    return {
+        _label(d, dev, E, N): v
+        for (d, E, N), v in sorted(
+            seen.items(),
+            key=lambda kv: (
+                _devices(manifest).index(kv[0][0]) if kv[0][0] in _devices(manifest) else 99,
+                kv[0],
+            ),
+        )
+    }
 
 
 def check_tables_lookup(manifest: dict, *, hidden: int = 6144, top_k: int = 4) -> dict:
@@ -173,7 +181,11 @@ def check_tables_lookup(manifest: dict, *, hidden: int = 6144, top_k: int = 4) -
         mism = [m for m in sorted(expected) if got[m] != expected[m]]
         used = [ln for ln in log if ln.startswith("Using configuration from")]
         used_path = used[-1].split("from ", 1)[1].split(" for MoE")[0] if used else None
-        details[label] = {"batch_sizes": len(expected), "loaded_from": used_path, "device_name": tdev}
+        details[label] = {
+            "batch_sizes": len(expected),
+            "loaded_from": used_path,
+            "device_name": tdev,
+        }
         if mism:
             fallback = any("Using default MoE config" in ln for ln in log)
             problems.append(

@@ -29,10 +29,13 @@ def image_swiglu() -> dict:
     module = importlib.import_module(CONFIG_MODULE)
     # vLLM up to 0.33 defines MiniMaxM3TextConfig; 0.34 takes transformers' MiniMaxM3VLTextConfig
     # (imported into the same module), which has no swiglu_beta: 0.34's model fixes beta at 1.0.
-    config_cls = getattr(module, "MiniMaxM3TextConfig", None) or getattr(module, "MiniMaxM3VLTextConfig")
+    config_cls = getattr(module, "MiniMaxM3TextConfig", None) or module.MiniMaxM3VLTextConfig
     cfg = config_cls()
-    return {"alpha": float(cfg.swiglu_alpha), "beta": float(getattr(cfg, "swiglu_beta", 1.0)),
-            "limit": float(cfg.swiglu_limit)}
+    return {
+        "alpha": float(cfg.swiglu_alpha),
+        "beta": float(getattr(cfg, "swiglu_beta", 1.0)),
+        "limit": float(cfg.swiglu_limit),
+    }
 
 
 def _layer(w13, w13_scale, w2, w2_scale, swiglu: dict):

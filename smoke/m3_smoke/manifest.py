@@ -102,7 +102,11 @@ def validate_manifest(data: Any) -> dict:
             _fail(f"{p}.device_name", "empty")
     device = _expect(data, "device_name", str, "device_name")
     devices = data.get("device_names", [device])
-    if not isinstance(devices, list) or not devices or not all(isinstance(d, str) and d for d in devices):
+    if (
+        not isinstance(devices, list)
+        or not devices
+        or not all(isinstance(d, str) and d for d in devices)
+    ):
         _fail("device_names", "expected a non-empty list of device names")
     if devices[0] != device:
         _fail("device_names", f"must start with device_name {device!r}")

@@ -458,7 +458,14 @@ def test_repo_image_yaml_loads():
     repo = Path(__file__).resolve().parents[2]
     spec = load_spec(repo / "image.yaml")
     assert spec.default_target == "mi300x"
-    assert set(spec.targets) == {"mi300x", "standin", "standin-4a560dd", "mi300x-v0-30", "mi300x-v0-34",
-                                 "standin-v0-30", "standin-v0-34"}
+    assert set(spec.targets) == {
+        "mi300x",
+        "standin",
+        "standin-4a560dd",
+        "mi300x-v0-30",
+        "mi300x-v0-34",
+        "standin-v0-30",
+        "standin-v0-34",
+    }
     for target in spec.targets.values():
         assert isinstance(target, (Target, UnpinnedTarget))

@@ -1,5 +1,5 @@
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "builder"))   # m3_builder_testlib
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "builder"))  # m3_builder_testlib
 sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -22,13 +22,26 @@ class FakeIndex:
     """releases: {version: wheel bytes}; ``lie`` = versions whose JSON digest is wrong."""
 
     def __init__(self, releases: dict[str, bytes], lie: set[str] = frozenset()):
-        self.wheels = {f"vllm-{v}-cp38-abi3-manylinux_2_28_x86_64.whl": data for v, data in releases.items()}
+        self.wheels = {
+            f"vllm-{v}-cp38-abi3-manylinux_2_28_x86_64.whl": data for v, data in releases.items()
+        }
         self.hits: list[str] = []
-        doc = {"releases": {v: [{
-            "filename": f"vllm-{v}-cp38-abi3-manylinux_2_28_x86_64.whl",
-            "url": f"../../packages/vllm-{v}-cp38-abi3-manylinux_2_28_x86_64.whl",
-            "digests": {"sha256": ("0" * 64) if v in lie else hashlib.sha256(data).hexdigest()},
-            "size": len(data), "yanked": False}] for v, data in releases.items()}}
+        doc = {
+            "releases": {
+                v: [
+                    {
+                        "filename": f"vllm-{v}-cp38-abi3-manylinux_2_28_x86_64.whl",
+                        "url": f"../../packages/vllm-{v}-cp38-abi3-manylinux_2_28_x86_64.whl",
+                        "digests": {
+                            "sha256": ("0" * 64) if v in lie else hashlib.sha256(data).hexdigest()
+                        },
+                        "size": len(data),
+                        "yanked": False,
+                    }
+                ]
+                for v, data in releases.items()
+            }
+        }
         doc["releases"]["0.9.0rc1"] = doc["releases"][next(iter(releases))]
         doc["releases"]["0.1.0"] = []
         index = self
@@ -41,7 +54,9 @@ class FakeIndex:
                 index.hits.append(self.path)
                 if self.path == "/pypi/vllm/json":
                     body, code = json.dumps(doc).encode(), 200
-                elif self.path.startswith("/packages/") and self.path.split("/")[-1] in index.wheels:
+                elif (
+                    self.path.startswith("/packages/") and self.path.split("/")[-1] in index.wheels
+                ):
                     body, code = index.wheels[self.path.split("/")[-1]], 200
                 else:
                     body, code = b"no", 404

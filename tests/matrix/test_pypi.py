@@ -7,9 +7,9 @@ from __future__ import annotations
 import hashlib
 
 import pytest
+from m3_matrix_testlib import FakeIndex, make_wheel
 
 from builder.pypi import PyPI, PyPIError
-from m3_matrix_testlib import FakeIndex, make_wheel
 
 
 @pytest.fixture
@@ -25,13 +25,21 @@ def index():
         i.close()
 
 
-WHEELS = {v: make_wheel({"vllm/__init__.py": v.encode()}) for v in ["0.24.0", "0.25.0", "0.25.1", "0.30.0"]}
+WHEELS = {
+    v: make_wheel({"vllm/__init__.py": v.encode()})
+    for v in ["0.24.0", "0.25.0", "0.25.1", "0.30.0"]
+}
 
 
 def test_versions_skip_prereleases_and_empty_releases(index):
     pypi = PyPI(index(WHEELS).url)
     assert pypi.versions() == ["0.24.0", "0.25.0", "0.25.1", "0.30.0"]
-    assert pypi.expand(["0.25.0..0.30.0", "0.24.0", "0.30.0"]) == ["0.25.0", "0.25.1", "0.30.0", "0.24.0"]
+    assert pypi.expand(["0.25.0..0.30.0", "0.24.0", "0.30.0"]) == [
+        "0.25.0",
+        "0.25.1",
+        "0.30.0",
+        "0.24.0",
+    ]
 
 
 @pytest.mark.parametrize("spec", ["0.23.1", "0.24.0..0.99.0", "0.9.0rc1", "0.1.0"])
@@ -52,8 +60,10 @@ def test_fetch_checks_the_hash_then_caches_by_it(index, tmp_path):
     assert path.read_bytes() == WHEELS["0.30.0"]
     hits = len(fake.hits)
     again, downloaded = PyPI(fake.url).fetch(release, tmp_path)
-    assert (again, downloaded) == (path, False) and len(fake.hits) == hits   # no request at all
-    assert sorted(p.name for p in (tmp_path / "pypi" / release.sha256).iterdir()) == [release.filename]
+    assert (again, downloaded) == (path, False) and len(fake.hits) == hits  # no request at all
+    assert sorted(p.name for p in (tmp_path / "pypi" / release.sha256).iterdir()) == [
+        release.filename
+    ]
 
 
 def test_hash_mismatch_is_one_line_and_caches_nothing(index, tmp_path):
@@ -61,9 +71,11 @@ def test_hash_mismatch_is_one_line_and_caches_nothing(index, tmp_path):
     with pytest.raises(PyPIError) as info:
         pypi.fetch(pypi.wheel("0.25.0"), tmp_path)
     msg = str(info.value)
-    assert msg == (f"vllm-0.25.0-cp38-abi3-manylinux_2_28_x86_64.whl: sha256 "
-                   f"{hashlib.sha256(WHEELS['0.25.0']).hexdigest()} does not match PyPI's {'0' * 64}; "
-                   "nothing was cached")
+    assert msg == (
+        f"vllm-0.25.0-cp38-abi3-manylinux_2_28_x86_64.whl: sha256 "
+        f"{hashlib.sha256(WHEELS['0.25.0']).hexdigest()} does not match PyPI's {'0' * 64}; "
+        "nothing was cached"
+    )
     assert [p for p in (tmp_path / "pypi").rglob("*") if p.is_file()] == []
 
 

@@ -45,7 +45,7 @@ def test_series_layout():
     assert pinned[: len(series)] == series
     assert pinned[len(series) :] == PINNED_ONLY
     listed = set(series) | set(pinned)
-    for ported in PATCHES.glob("series.v*"):      # stacks ported to newer vLLM releases (issue 12)
+    for ported in PATCHES.glob("series.v*"):  # stacks ported to newer vLLM releases (issue 12)
         listed |= set(read_series(ported.name))
     on_disk = {p.name for p in PATCHES.glob("*.patch")}
     assert on_disk == listed

@@ -45,7 +45,7 @@ def _copies() -> dict[str, str]:
     return {retarget(name, device): device for device in _family_devices() for name in TABLES}
 
 
-COPIES = _copies()      # e.g. the MI300X tables under AMD_Instinct_MI325X names
+COPIES = _copies()  # e.g. the MI300X tables under AMD_Instinct_MI325X names
 GOLDEN = SMOKE / "golden" / "m3_moe_native_mxfp8.json"
 
 sys.path.insert(0, str(SMOKE))
@@ -86,8 +86,13 @@ class Tree:
     def write_manifest(self, **overrides) -> Path:
         from builder.manifest import tree_manifest
 
-        m = tree_manifest(self.vllm, [p for p in self.patched if (self.vllm / p).exists()],
-                          self.tables, GOLDEN, table_devices=self.table_devices)
+        m = tree_manifest(
+            self.vllm,
+            [p for p in self.patched if (self.vllm / p).exists()],
+            self.tables,
+            GOLDEN,
+            table_devices=self.table_devices,
+        )
         m.update(overrides)
         self.manifest.write_text(json.dumps(m, indent=1))
         return self.manifest

@@ -4,10 +4,12 @@ missing or wrong copy fails tables_installed / tables_lookup by device name."""
 
 from __future__ import annotations
 
-from m3_smoke_testlib import CONFIGS, COPIES, TUNING, replace_file
+from m3_smoke_testlib import CONFIGS, COPIES, TUNING
 
 E128 = "E=128,N=384,device_name=AMD_Instinct_MI300X,dtype=fp8_w8a8,block_shape=[128,128].json"
-E128_MI325X = "E=128,N=384,device_name=AMD_Instinct_MI325X,dtype=fp8_w8a8,block_shape=[128,128].json"
+E128_MI325X = (
+    "E=128,N=384,device_name=AMD_Instinct_MI325X,dtype=fp8_w8a8,block_shape=[128,128].json"
+)
 E16_MI325X = "E=16,N=3072,device_name=AMD_Instinct_MI325X,dtype=fp8_w8a8,block_shape=[128,128].json"
 
 
@@ -20,13 +22,24 @@ def test_lookup_for_mi325x_returns_the_mi300x_measured_tables(patched_tree, suit
     run = suite(patched_tree, checks=["tables_installed", "tables_lookup"])
     assert run.rc == 0, run.stdout + run.stderr[-2000:]
     inst = run.check("tables_installed")["details"]
-    assert list(inst) == ["E=16,N=3072", "E=128,N=384", "AMD_Instinct_MI325X:E=16,N=3072",
-                          "AMD_Instinct_MI325X:E=128,N=384"]
-    assert inst["AMD_Instinct_MI325X:E=128,N=384"] == {"file": E128_MI325X, "batch_sizes": inst["E=128,N=384"]["batch_sizes"]}
+    assert list(inst) == [
+        "E=16,N=3072",
+        "E=128,N=384",
+        "AMD_Instinct_MI325X:E=16,N=3072",
+        "AMD_Instinct_MI325X:E=128,N=384",
+    ]
+    assert inst["AMD_Instinct_MI325X:E=128,N=384"] == {
+        "file": E128_MI325X,
+        "batch_sizes": inst["E=128,N=384"]["batch_sizes"],
+    }
     look = run.check("tables_lookup")["details"]
     assert look["AMD_Instinct_MI325X:E=128,N=384"]["device_name"] == "AMD_Instinct_MI325X"
-    assert look["AMD_Instinct_MI325X:E=128,N=384"]["loaded_from"].endswith(f"{CONFIGS}/{E128_MI325X}")
-    assert look["AMD_Instinct_MI325X:E=16,N=3072"]["loaded_from"].endswith(f"{CONFIGS}/{E16_MI325X}")
+    assert look["AMD_Instinct_MI325X:E=128,N=384"]["loaded_from"].endswith(
+        f"{CONFIGS}/{E128_MI325X}"
+    )
+    assert look["AMD_Instinct_MI325X:E=16,N=3072"]["loaded_from"].endswith(
+        f"{CONFIGS}/{E16_MI325X}"
+    )
     assert look["AMD_Instinct_MI325X:E=16,N=3072"]["batch_sizes"] == 14
     assert look["E=128,N=384"]["loaded_from"].endswith(f"{CONFIGS}/{E128}")
 
@@ -35,18 +48,21 @@ def test_missing_mi325x_copy_fails_both_table_checks(variant, suite):
     """The manifest still lists the copy (the builder recorded it), the file is gone:
     vLLM's lookup for MI325X falls back to its default config."""
     tree = variant(lambda t: None)
-    (tree.vllm / CONFIGS / E128_MI325X).unlink()     # after the builder wrote the manifest
+    (tree.vllm / CONFIGS / E128_MI325X).unlink()  # after the builder wrote the manifest
     run = suite(tree, checks=["tables_installed", "tables_lookup"])
     assert run.rc == 1 and run.failed == ["tables_installed", "tables_lookup"]
     inst, look = run.lines()
     assert inst.startswith(f"FAIL tables_installed: {E128_MI325X} not installed in {CONFIGS}/")
     assert "required table E=128,N=384 for AMD_Instinct_MI325X not verified" in inst
-    assert look.startswith("FAIL tables_lookup: AMD_Instinct_MI325X:E=128,N=384: manifest table "
-                           f"{E128_MI325X} unreadable")
+    assert look.startswith(
+        "FAIL tables_lookup: AMD_Instinct_MI325X:E=128,N=384: manifest table "
+        f"{E128_MI325X} unreadable"
+    )
 
 
 def test_device_without_its_tables_fails(variant, suite):
     """The manifest requires the tables for MI325X (device_names) but the image has none."""
+
     def drop(t):
         for name in COPIES:
             (t.vllm / CONFIGS / name).unlink()
@@ -61,10 +77,14 @@ def test_device_without_its_tables_fails(variant, suite):
     run = suite(tree, checks=["tables_installed", "tables_lookup"])
     assert run.failed == ["tables_installed", "tables_lookup"]
     inst, look = run.lines()
-    assert inst == (f"FAIL tables_installed: required table E=128,N=384 for AMD_Instinct_MI325X not verified "
-                    f"({E128_MI325X} not installed); required table E=16,N=3072 for AMD_Instinct_MI325X not "
-                    f"verified ({E16_MI325X} not installed)")
-    assert look.startswith("FAIL tables_lookup: AMD_Instinct_MI325X:E=128,N=384: no table in manifest")
+    assert inst == (
+        f"FAIL tables_installed: required table E=128,N=384 for AMD_Instinct_MI325X not verified "
+        f"({E128_MI325X} not installed); required table E=16,N=3072 for AMD_Instinct_MI325X not "
+        f"verified ({E16_MI325X} not installed)"
+    )
+    assert look.startswith(
+        "FAIL tables_lookup: AMD_Instinct_MI325X:E=128,N=384: no table in manifest"
+    )
 
 
 def test_without_copies_only_the_target_device_is_checked(variant, suite):
@@ -72,4 +92,6 @@ def test_without_copies_only_the_target_device_is_checked(variant, suite):
     assert "AMD_Instinct_MI325X" not in tree.manifest.read_text()
     run = suite(tree, checks=["tables_installed", "tables_lookup"])
     assert run.rc == 0
-    assert not any(k.startswith("AMD_Instinct_MI325X") for k in run.check("tables_lookup")["details"])
+    assert not any(
+        k.startswith("AMD_Instinct_MI325X") for k in run.check("tables_lookup")["details"]
+    )

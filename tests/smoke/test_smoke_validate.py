@@ -47,8 +47,14 @@ def _manifest_for(files: dict[str, bytes], tree, tmp: Path) -> bytes:
             out = root / path[len(IMAGE_VLLM) + 1 :]
             out.parent.mkdir(parents=True, exist_ok=True)
             out.write_bytes(data)
-    m = tree_manifest(root, tree.patched, tree.tables, f"{SMOKE_INSTALL}/golden/{GOLDEN.name}", vllm_root=IMAGE_VLLM,
-                      table_devices=tree.table_devices)
+    m = tree_manifest(
+        root,
+        tree.patched,
+        tree.tables,
+        f"{SMOKE_INSTALL}/golden/{GOLDEN.name}",
+        vllm_root=IMAGE_VLLM,
+        table_devices=tree.table_devices,
+    )
     return json.dumps(m, indent=1).encode()
 
 

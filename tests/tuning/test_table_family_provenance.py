@@ -17,5 +17,7 @@ def test_every_family_copy_in_the_spec_is_recorded_as_measured_on_mi300x():
     used = {d for t in spec["targets"].values() for d in t.get("tables_also_for", [])}
     assert used == {"AMD_Instinct_MI325X"}
     assert {d: recorded.get(d) for d in used} == {"AMD_Instinct_MI325X": "AMD_Instinct_MI300X"}
-    assert all(name.count("device_name=AMD_Instinct_MI300X") == 1
-               for name in (e["file"] for e in provenance["tables"]))
+    assert all(
+        name.count("device_name=AMD_Instinct_MI300X") == 1
+        for name in (e["file"] for e in provenance["tables"])
+    )

@@ -66,14 +66,26 @@ def test_files_absent_after_the_stack_are_left_out_and_a_misnamed_table_is_refus
 
 def test_family_copies_name_their_device_and_the_manifest_lists_every_device():
     copy = TABLE.replace("MI300X", "MI325X")
-    doc = image_manifest(target="t", vllm_root="/v/vllm", patched_files={}, golden="/g.json",
-                         tables=[(TABLE, "1" * 64), (copy, "1" * 64)],
-                         table_devices={copy: "AMD_Instinct_MI325X"})
+    doc = image_manifest(
+        target="t",
+        vllm_root="/v/vllm",
+        patched_files={},
+        golden="/g.json",
+        tables=[(TABLE, "1" * 64), (copy, "1" * 64)],
+        table_devices={copy: "AMD_Instinct_MI325X"},
+    )
     assert [(t["file"], t["device_name"]) for t in doc["tables"]] == [
-        (TABLE, "AMD_Instinct_MI300X"), (copy, "AMD_Instinct_MI325X")]
+        (TABLE, "AMD_Instinct_MI300X"),
+        (copy, "AMD_Instinct_MI325X"),
+    ]
     assert doc["device_names"] == ["AMD_Instinct_MI300X", "AMD_Instinct_MI325X"]
-    plain = image_manifest(target="t", vllm_root="/v/vllm", patched_files={}, golden="/g.json",
-                           tables=[(TABLE, "1" * 64)])
+    plain = image_manifest(
+        target="t",
+        vllm_root="/v/vllm",
+        patched_files={},
+        golden="/g.json",
+        tables=[(TABLE, "1" * 64)],
+    )
     assert "device_names" not in plain and "device_name" not in plain["tables"][0]
 
 
@@ -84,8 +96,11 @@ def test_context_marks_the_spec_copies_with_their_device():
 
     inputs = fixed_inputs()
     [first, *_] = inputs.tables
-    copy = TableInput(source=first.source, name=first.name.replace("MI300X", "MI325X"), sha256=first.sha256)
+    copy = TableInput(
+        source=first.source, name=first.name.replace("MI300X", "MI325X"), sha256=first.sha256
+    )
     doc = smoke_manifest(dataclasses.replace(inputs, tables=(*inputs.tables, copy)), fixed_tree())
     assert doc["device_names"] == ["AMD_Instinct_MI300X", "AMD_Instinct_MI325X"]
-    assert [t["device_name"] for t in doc["tables"]] == \
-        ["AMD_Instinct_MI300X"] * len(inputs.tables) + ["AMD_Instinct_MI325X"]
+    assert [t["device_name"] for t in doc["tables"]] == ["AMD_Instinct_MI300X"] * len(
+        inputs.tables
+    ) + ["AMD_Instinct_MI325X"]
