@@ -61,7 +61,7 @@ class Target:
     vllm_version: str
     vllm_revision: str
     series: Path
-    expect: dict[str, str]  # relpath under vllm_root -> git blob prefix or "absent"
+    expect: dict[str, str | None]  # relpath under vllm_root -> blob prefix; None: must not exist
     tables: tuple[Table, ...]
     repository: str
     aliases: tuple[str, ...]
@@ -394,7 +394,7 @@ def _load_target(r: _Reader, name: str, doc: Any) -> Target | UnpinnedTarget:
     series = r.existing_file(doc["series"], f"{key}.series", root)
 
     expect_doc = r.mapping(doc["expect"], f"{key}.expect", set(doc["expect"] or {}), set())
-    expect: dict[str, str] = {}
+    expect: dict[str, str | None] = {}
     for rel, blob in expect_doc.items():
         rel_key = f"{key}.expect.{rel}"
         rel_path = PurePosixPath(r.string(rel, rel_key))
@@ -403,7 +403,7 @@ def _load_target(r: _Reader, name: str, doc: Any) -> Target | UnpinnedTarget:
         value = r.string(str(blob), rel_key)
         if value != ABSENT and not BLOB_RE.match(value):
             raise r.fail(rel_key, f"{value!r} is not a git blob id (7-40 hex) or 'absent'")
-        expect[rel_path.as_posix()] = value
+        expect[rel_path.as_posix()] = None if value == ABSENT else value
 
     if not isinstance(doc["tables"], list):
         raise r.fail(f"{key}.tables", f"expected a list, got {doc['tables']!r}")

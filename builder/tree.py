@@ -16,7 +16,6 @@ from builder.errors import PatchError
 from builder.hashing import Fingerprint
 from builder.inputs import Inputs
 from builder.patchstack import PATCH_ROOT, Outcome, apply_stack, touched_files
-from builder.spec import ABSENT
 
 
 @dataclass(frozen=True)
@@ -43,7 +42,7 @@ def check_expectations(inputs: Inputs, pre: dict[str, Fingerprint | None]) -> No
                 "it"
             )
         expected = target.expect[rel]
-        if expected == ABSENT:
+        if expected is None:
             if found is not None:
                 raise PatchError(
                     f"{where}.{rel}: expected absent, but the base has blob {found.git_blob[:12]}"
