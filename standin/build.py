@@ -329,6 +329,34 @@ def _extract_dist_info(cache_root: Path, target: Path, version: str = VLLM_VERSI
         archive.extractall(target, members)
 
 
+def _pip_install_target(target: Path, args: list[str], what: str) -> None:
+    """``pip install --target`` of binary wheels chosen for the image's interpreter (cp311,
+    glibc 2.36), not the host's; a failure is one line naming ``what``."""
+    platforms = [arg for platform in WHEEL_PLATFORMS for arg in ("--platform", platform)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        "--disable-pip-version-check",
+        "--no-compile",
+        "--no-warn-script-location",
+        "--only-binary=:all:",
+        "--python-version",
+        PYTHON_TAG,
+        "--implementation",
+        "cp",
+        *platforms,
+        "--target",
+        str(target),
+        *args,
+    ]
+    result = subprocess.run(cmd, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise BuilderError(f"pip install of {what} failed: {_last_line(result.stderr)}")
+
+
 def _site_dir(cache_dir: Path, cache: Path, log: Log, timings: dict) -> Path:
     """``<cache>/site-<fp>/``: torch + vLLM runtime deps for cp311, laid out as dist-packages,
     plus vLLM's dist-info (its ``vllm/`` tree comes from ``vllm_site`` at build time)."""
@@ -340,38 +368,13 @@ def _site_dir(cache_dir: Path, cache: Path, log: Log, timings: dict) -> Path:
     staging = Path(tempfile.mkdtemp(dir=cache, prefix=".site-"))
     try:
         target = staging / "site"
-        # Wheels are chosen for the image's interpreter (cp311, glibc 2.36), not the host's.
-        platforms = [arg for platform in WHEEL_PLATFORMS for arg in ("--platform", platform)]
-        cmd = [
-            sys.executable,
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--disable-pip-version-check",
-            "--no-compile",
-            "--no-warn-script-location",
-            "--only-binary=:all:",
-            "--python-version",
-            PYTHON_TAG,
-            "--implementation",
-            "cp",
-            *platforms,
-            "--target",
-            str(target),
-            TORCH_REQUIREMENT,
-            "-r",
-            str(REQUIREMENTS_PATH),
-        ]
         log(f"standin: pip install --target (torch + {REQUIREMENTS_PATH.name})")
-        result = subprocess.run(cmd, capture_output=True, text=True)
-        if result.returncode != 0:
-            raise BuilderError(
-                f"pip install of the stand-in site folder failed: {_last_line(result.stderr)}"
-            )
-        shutil.rmtree(
-            target / "bin", ignore_errors=True
-        )  # console scripts point at the host python
+        _pip_install_target(
+            target,
+            [TORCH_REQUIREMENT, "-r", str(REQUIREMENTS_PATH)],
+            "the stand-in site folder",
+        )
+        shutil.rmtree(target / "bin", ignore_errors=True)  # console scripts: the host's python
         if (target / "vllm").exists():
             raise BuilderError(
                 "a requirement pulled in vllm itself; the stand-in must use the pinned sources"
@@ -398,35 +401,9 @@ def _extra_site_dir(cache_dir: Path, cache: Path, version: str, log: Log, timing
     staging = Path(tempfile.mkdtemp(dir=cache, prefix=".site-extra-"))
     try:
         target = staging / "site"
-        platforms = [arg for platform in WHEEL_PLATFORMS for arg in ("--platform", platform)]
-        cmd = [
-            sys.executable,
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--disable-pip-version-check",
-            "--no-compile",
-            "--no-warn-script-location",
-            "--only-binary=:all:",
-            "--no-deps",
-            "--python-version",
-            PYTHON_TAG,
-            "--implementation",
-            "cp",
-            *platforms,
-            "--target",
-            str(target),
-            "-r",
-            str(extra_requirements(version)),
-        ]
-        log(f"standin: pip install --target --no-deps ({extra_requirements(version).name})")
-        result = subprocess.run(cmd, capture_output=True, text=True)
-        if result.returncode != 0:
-            raise BuilderError(
-                f"pip install of {extra_requirements(version).name} failed: "
-                f"{_last_line(result.stderr)}"
-            )
+        requirements = extra_requirements(version)
+        log(f"standin: pip install --target --no-deps ({requirements.name})")
+        _pip_install_target(target, ["--no-deps", "-r", str(requirements)], requirements.name)
         shutil.rmtree(target / "bin", ignore_errors=True)
         _extract_dist_info(cache_dir, target, version)
         target.replace(site)
