@@ -171,42 +171,9 @@ SWEEP = [
 
 
 def launch_kernel(conv, w, s, out, osc, dt, flag, block=128):
-    """Launch the module's Triton kernel alone (no allocation, no read-back),
-    with the arguments ``_convert_triton`` passes.  Uses the module's own
-    ``_launch_triton`` where it has one."""
-    if hasattr(conv, "_launch_triton"):
-        return conv._launch_triton(w, s, out, osc, dt, block, flag)
-    kernel = conv._get_triton_kernel()
-    E, N, K = w.shape
-    NT, KT = -(-N // block), -(-K // block)
-    cfg = conv._TRITON_CFG
-    hw = cfg["hw_fp8"]
-    if hw is None:
-        hw = torch.version.hip is None
-    fnuz_cast = (not hw) and dt == FNUZ
-    kernel[(E * NT, KT)](
-        w.view(torch.uint8),
-        s,
-        out.view(torch.uint8),
-        osc,
-        flag,
-        N,
-        K,
-        K // 32,
-        NT,
-        KT,
-        FNUZ=dt == FNUZ,
-        BLOCK=block,
-        GPT=block // 32,
-        SUB=min(cfg["sub"], block),
-        HW_FP8=hw,
-        FNUZ_CAST=fnuz_cast,
-        MUL_OFF=(0 if hw else 8) - (1 if fnuz_cast else 0),
-        EVEN=(N % block == 0) and (K % block == 0),
-        EVICT="evict_first" if cfg["stream"] else "",
-        STORE_CM=".cs" if cfg["stream"] else "",
-        num_warps=cfg["num_warps"],
-    )
+    """Launch the module's Triton kernel alone (no allocation, no read-back): the module's own
+    ``_launch_triton``, which ``_convert_triton`` calls."""
+    conv._launch_triton(w, s, out, osc, dt, block, flag)
 
 
 def time_kernel(conv, w, s, dt, iters):

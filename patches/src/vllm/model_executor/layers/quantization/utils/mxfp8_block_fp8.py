@@ -373,9 +373,9 @@ def _get_triton_kernel():
     return _TRITON_KERNEL
 
 
-def _convert_triton(w, s, out, out_scale, fp8_dtype, block) -> bool:
-    """Fused GPU conversion. Returns False if the caller must redo it with the
-    torch path (FNUZ tiles whose exponent would overflow the fp32 scale)."""
+def _launch_triton(w, s, out, out_scale, fp8_dtype, block, flag) -> None:
+    """Launch the fused kernel once: no allocation, no read-back (``flag`` collects the
+    NaN/overflow bits). ``bench/bench_convert.py`` times exactly this."""
     kernel = _get_triton_kernel()
     E, N, K = w.shape
     G = K // MXFP8_GROUP
@@ -387,7 +387,6 @@ def _convert_triton(w, s, out, out_scale, fp8_dtype, block) -> bool:
     if hw is None:
         hw = torch.version.hip is None
     fnuz_cast = (not hw) and fp8_dtype == torch.float8_e4m3fnuz
-    flag = torch.zeros(1, dtype=torch.int32, device=w.device)
     kernel[(E * NT, KT)](
         w.view(torch.uint8),
         s,
@@ -411,6 +410,13 @@ def _convert_triton(w, s, out, out_scale, fp8_dtype, block) -> bool:
         STORE_CM=".cs" if cfg["stream"] else "",
         num_warps=cfg["num_warps"],
     )
+
+
+def _convert_triton(w, s, out, out_scale, fp8_dtype, block) -> bool:
+    """Fused GPU conversion. Returns False if the caller must redo it with the
+    torch path (FNUZ tiles whose exponent would overflow the fp32 scale)."""
+    flag = torch.zeros(1, dtype=torch.int32, device=w.device)
+    _launch_triton(w, s, out, out_scale, fp8_dtype, block, flag)
     f = int(flag.item())
     if f & 1:
         raise ValueError(
