@@ -331,7 +331,8 @@ def _extract_dist_info(cache_root: Path, target: Path, version: str = VLLM_VERSI
 
 def _pip_install_target(target: Path, args: list[str], what: str) -> None:
     """``pip install --target`` of binary wheels chosen for the image's interpreter (cp311,
-    glibc 2.36), not the host's; a failure is one line naming ``what``."""
+    glibc 2.36), not the host's, without the console scripts (they name the host's python);
+    a failure is one line naming ``what``."""
     platforms = [arg for platform in WHEEL_PLATFORMS for arg in ("--platform", platform)]
     cmd = [
         sys.executable,
@@ -355,6 +356,7 @@ def _pip_install_target(target: Path, args: list[str], what: str) -> None:
     result = subprocess.run(cmd, capture_output=True, text=True)
     if result.returncode != 0:
         raise BuilderError(f"pip install of {what} failed: {_last_line(result.stderr)}")
+    shutil.rmtree(target / "bin", ignore_errors=True)
 
 
 def _site_dir(cache_dir: Path, cache: Path, log: Log, timings: dict) -> Path:
@@ -374,7 +376,6 @@ def _site_dir(cache_dir: Path, cache: Path, log: Log, timings: dict) -> Path:
             [TORCH_REQUIREMENT, "-r", str(REQUIREMENTS_PATH)],
             "the stand-in site folder",
         )
-        shutil.rmtree(target / "bin", ignore_errors=True)  # console scripts: the host's python
         if (target / "vllm").exists():
             raise BuilderError(
                 "a requirement pulled in vllm itself; the stand-in must use the pinned sources"
@@ -404,7 +405,6 @@ def _extra_site_dir(cache_dir: Path, cache: Path, version: str, log: Log, timing
         requirements = extra_requirements(version)
         log(f"standin: pip install --target --no-deps ({requirements.name})")
         _pip_install_target(target, ["--no-deps", "-r", str(requirements)], requirements.name)
-        shutil.rmtree(target / "bin", ignore_errors=True)
         _extract_dist_info(cache_dir, target, version)
         target.replace(site)
         _prune_stale(site, f"site-extra-{version}-*", log)
