@@ -47,7 +47,7 @@ demo-pinned: venv services  ## the production definition on the pinned-faithful 
 	$(BUILDER) lock --target standin-4a560dd
 	$(BUILDER) image --target standin-4a560dd
 
-test: venv           ## the whole suite (docker tests included: run `make services` first)
+test: venv services  ## the whole suite: starts the services; the tests build the stand-ins and nested engines they need
 	$(PY) -m pytest -q
 
 lint: venv           ## ruff (lint + format check) and mypy, configured in pyproject.toml
